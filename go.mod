@@ -1,0 +1,10 @@
+module github.com/zerodrop/zerodrop
+
+go 1.24.0
+
+require (
+	go.uber.org/goleak v1.3.0
+	golang.org/x/sys v0.40.0
+)
+
+require github.com/stretchr/testify v1.8.1 // indirect

@@ -1,0 +1,129 @@
+package netnstest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/linux"
+	"golang.org/x/sys/unix"
+)
+
+// Keep leaves net.ipv4.tcp_migrate_req at the new namespace's default (0).
+const Keep = -1
+
+// Options configures the namespace Run creates.
+type Options struct {
+	// MigrateReq is written to net.ipv4.tcp_migrate_req in the new namespace
+	// (0 or 1); Keep leaves it alone.
+	MigrateReq int
+}
+
+const envChild = "ZERODROP_NETNS_TEST"
+
+// doneMarker is printed by the child after the body returned and its cleanups ran.
+const doneMarker = "netnstest: body done: "
+
+// InNamespace reports whether this process is a Run child.
+func InNamespace() bool { return os.Getenv(envChild) != "" }
+
+// Run runs body in a fresh network namespace, in a re-execution of the test
+// binary that runs only t. Code before Run in the test function runs in both
+// processes; code after it only in the parent.
+func Run(t *testing.T, opts Options, body func(t *testing.T)) {
+	t.Helper()
+	if os.Getenv(envChild) == t.Name() {
+		runChild(t, opts, body)
+		return
+	}
+	RequirePrivileged(t)
+	ctx := context.Background()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-5*time.Second))
+		defer cancel()
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+runPattern(t.Name()), "-test.v=true", "-test.count=1")
+	cmd.Env = append(os.Environ(), envChild+"="+t.Name())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	if err != nil || testing.Verbose() {
+		t.Logf("namespace child output:\n%s", out)
+	}
+	if err != nil {
+		t.Fatalf("namespace child: %v", err)
+	}
+	if m := regexp.MustCompile(`--- SKIP: ` + regexp.QuoteMeta(t.Name()) + ` `).Find(out); m != nil {
+		t.Skipf("skipped in the namespace child (see its output)")
+	}
+	if !strings.Contains(string(out), doneMarker+t.Name()+"\n") {
+		t.Fatalf("namespace child exited 0 without running the body of %s", t.Name())
+	}
+}
+
+// runPattern anchors each part of a (sub)test name for -test.run.
+func runPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
+}
+
+func runChild(t *testing.T, opts Options, body func(t *testing.T)) {
+	t.Helper()
+	if err := linkUp("lo"); err != nil {
+		t.Fatalf("bring up lo: %v", err)
+	}
+	if opts.MigrateReq != Keep {
+		if err := linux.WriteSysctl(linux.MigrateReq, strconv.Itoa(opts.MigrateReq)); err != nil {
+			t.Fatalf("set %s: %v", linux.MigrateReq, err)
+		}
+	}
+	warmNetpoll(t)
+	t.Cleanup(func() {
+		if !t.Failed() && !t.Skipped() {
+			fmt.Print(doneMarker + t.Name() + "\n")
+		}
+	})
+	CheckLeaks(t)
+	body(t)
+}
+
+// warmNetpoll makes the runtime open its netpoller fds before leaks are counted.
+func warmNetpoll(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("warm up netpoll: %v", err)
+	}
+	l.Close()
+}
+
+// linkUp sets IFF_UP on an interface of the current namespace.
+func linkUp(name string) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return os.NewSyscallError("socket", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return os.NewSyscallError("ioctl SIOCGIFFLAGS", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return os.NewSyscallError("ioctl SIOCSIFFLAGS", err)
+	}
+	return nil
+}

@@ -1,0 +1,30 @@
+// Package sockdiag is the kernel's view of TCP listeners: what
+// NETLINK_SOCK_DIAG reports about them, which processes hold them, and which
+// network namespace the caller is in.
+//
+// # How it works
+//
+// Listeners sends one SOCK_DIAG_BY_FAMILY dump request (struct
+// inet_diag_req_v2, states = 1<<TCP_LISTEN) per address family over a
+// NETLINK_SOCK_DIAG socket and decodes the struct inet_diag_msg replies by hand
+// with golang.org/x/sys/unix. The netlink socket is created on a locked OS
+// thread, so the dump covers that thread's network namespace; a caller that has
+// entered another namespace with setns on a locked thread gets that namespace.
+//
+// Owners maps socket inodes to processes by reading the "socket:[N]" links in
+// /proc/*/fd. Processes that exit during the scan are skipped; fd directories
+// that cannot be read are reported, never ignored silently.
+//
+// # Security
+//
+// Dumping listeners needs no privilege: any user sees every listener of the
+// namespace, with its owner UID. Reading another process's /proc/PID/fd needs
+// ptrace read access (same UID, or CAP_SYS_PTRACE); without it the PID is
+// reported as unreadable.
+//
+// # Kernel requirements
+//
+// Linux 3.3 (inet_diag_req_v2 and SOCK_DIAG_BY_FAMILY); NetNS needs 3.17
+// (/proc/thread-self). On other systems every function returns an error
+// wrapping errors.ErrUnsupported.
+package sockdiag

@@ -1,0 +1,26 @@
+//go:build !linux
+
+package sockdiag
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Listeners needs NETLINK_SOCK_DIAG; on this system it returns an error
+// wrapping errors.ErrUnsupported.
+func Listeners(port uint16) ([]Listener, error) {
+	return nil, fmt.Errorf("sockdiag: dump: %w", errors.ErrUnsupported)
+}
+
+// Owners needs Linux's /proc; on this system it returns an error wrapping
+// errors.ErrUnsupported.
+func Owners(inodes []uint64) (owners map[uint64][]Process, unreadable []int, err error) {
+	return nil, nil, fmt.Errorf("sockdiag: owners: %w", errors.ErrUnsupported)
+}
+
+// NetNS needs Linux's /proc; on this system it returns an error wrapping
+// errors.ErrUnsupported.
+func NetNS() (uint64, error) {
+	return 0, fmt.Errorf("sockdiag: netns: %w", errors.ErrUnsupported)
+}
