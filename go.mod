@@ -7,4 +7,8 @@ require (
 	golang.org/x/sys v0.40.0
 )
 
-require github.com/stretchr/testify v1.8.1 // indirect
+require (
+	github.com/stretchr/testify v1.8.1 // indirect
+	go.uber.org/multierr v1.10.0 // indirect
+	go.uber.org/zap v1.28.0 // indirect
+)

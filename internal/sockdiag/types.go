@@ -10,7 +10,7 @@ type Listener struct {
 	UID       uint32         // socket owner: the creator's fsuid at socket() time
 	Queue     uint32         // idiag_rqueue: current accept-queue length
 	Backlog   uint32         // idiag_wqueue: max backlog
-	Cookie    uint64         // idiag_cookie, the same as getsockopt SO_COOKIE
+	Cookie    uint64         // idiag_cookie: SO_COOKIE of a TCP socket (of the subflow for MPTCP)
 	Interface uint32         // idiag_if (bound device index, 0 if none)
 }
 

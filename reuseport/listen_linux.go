@@ -1,0 +1,243 @@
+package reuseport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// Listener is a TCP listener in a reuseport group. It is a *net.TCPListener
+// (Accept, Close, File, SyscallConn all come from it, untouched) plus what the
+// kernel says about its options.
+type Listener struct {
+	*net.TCPListener
+	effective   Options
+	digest      Digest
+	adjustments []Adjustment
+}
+
+// PacketConn is a UDP socket in a reuseport group: a *net.UDPConn plus what the
+// kernel says about its options.
+type PacketConn struct {
+	*net.UDPConn
+	effective   Options
+	digest      Digest
+	adjustments []Adjustment
+}
+
+var (
+	_ net.Listener   = (*Listener)(nil)
+	_ syscall.Conn   = (*Listener)(nil)
+	_ net.PacketConn = (*PacketConn)(nil)
+	_ syscall.Conn   = (*PacketConn)(nil)
+)
+
+// Effective returns the options as the kernel reported them after listen.
+func (l *Listener) Effective() Options { return l.effective }
+
+// Digest returns the option digest read from the kernel after listen.
+func (l *Listener) Digest() Digest { return l.digest }
+
+// Adjustments lists the options the kernel set to other values than asked.
+func (l *Listener) Adjustments() []Adjustment { return l.adjustments }
+
+// Queue reads the current accept queue (TCP_INFO).
+func (l *Listener) Queue() (Queue, error) { return ReadQueue(l.TCPListener) }
+
+// Effective returns the options as the kernel reported them after bind.
+func (p *PacketConn) Effective() Options { return p.effective }
+
+// Digest returns the option digest read from the kernel after bind.
+func (p *PacketConn) Digest() Digest { return p.digest }
+
+// Adjustments lists the options the kernel set to other values than asked.
+func (p *PacketConn) Adjustments() []Adjustment { return p.adjustments }
+
+// Listen creates a TCP listener with SO_REUSEPORT and the default Config.
+func Listen(ctx context.Context, network, address string) (*Listener, error) {
+	var c Config
+	return c.Listen(ctx, network, address)
+}
+
+// ListenPacket creates a UDP socket with SO_REUSEPORT and the default Config.
+func ListenPacket(ctx context.Context, network, address string) (*PacketConn, error) {
+	var c Config
+	return c.ListenPacket(ctx, network, address)
+}
+
+// Listen creates a TCP listener ("tcp", "tcp4", "tcp6") in the reuseport group
+// of address: socket(IPPROTO_TCP), every option of c.Options, a check that the
+// group's owners have our socket's UID, bind, listen. Errors are *net.OpError
+// wrapping a typed cause (UIDMismatchError, AddrInUseError, OptionError, ...).
+// The caller owns the returned listener. Linux 3.9+; 5.14+ for migration.
+func (c *Config) Listen(ctx context.Context, network, address string) (*Listener, error) {
+	e, fd, err := c.open(ctx, network, address, true)
+	if err != nil {
+		return nil, opError(network, address, e, err)
+	}
+	backlog := c.Options.Backlog
+	if backlog == 0 {
+		backlog = -1 // somaxconn
+	}
+	if err := unix.Listen(fd, backlog); err != nil {
+		unix.Close(fd)
+		return nil, opError(network, address, e, os.NewSyscallError("listen", err))
+	}
+	f := os.NewFile(uintptr(fd), "reuseport:"+e.ap.String())
+	ln, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		return nil, opError(network, address, e, err)
+	}
+	l := &Listener{TCPListener: ln.(*net.TCPListener)}
+	if err := l.readBack(c, e); err != nil {
+		l.Close()
+		return nil, opError(network, address, e, err)
+	}
+	return l, nil
+}
+
+// ListenPacket creates a UDP socket ("udp", "udp4", "udp6") in the reuseport
+// group of address. The caller owns it.
+func (c *Config) ListenPacket(ctx context.Context, network, address string) (*PacketConn, error) {
+	e, fd, err := c.open(ctx, network, address, false)
+	if err != nil {
+		return nil, opError(network, address, e, err)
+	}
+	f := os.NewFile(uintptr(fd), "reuseport:"+e.ap.String())
+	pc, err := net.FilePacketConn(f)
+	f.Close()
+	if err != nil {
+		return nil, opError(network, address, e, err)
+	}
+	p := &PacketConn{UDPConn: pc.(*net.UDPConn)}
+	vals, eff, err := readOptionsConn(p.UDPConn)
+	if err != nil {
+		p.Close()
+		return nil, opError(network, address, e, err)
+	}
+	p.digest, p.effective = Digest{Values: vals}, eff
+	p.adjustments = adjustments(&c.Options, &eff, e)
+	logAdjustments(c.logger(), e, p.adjustments)
+	return p, nil
+}
+
+func (l *Listener) readBack(c *Config, e endpoint) error {
+	vals, eff, err := readOptionsConn(l.TCPListener)
+	if err != nil {
+		return err
+	}
+	l.digest, l.effective = Digest{Values: vals}, eff
+	l.adjustments = adjustments(&c.Options, &eff, e)
+	logAdjustments(c.logger(), e, l.adjustments)
+	return nil
+}
+
+func readOptionsConn(c syscall.Conn) (vals []OptionValue, eff Options, err error) {
+	err = control(c, func(fd int) error {
+		vals, eff, err = readOptions(fd)
+		return err
+	})
+	return vals, eff, err
+}
+
+// open validates, checks migration, and returns a bound socket.
+func (c *Config) open(ctx context.Context, network, address string, stream bool) (endpoint, int, error) {
+	if c.Options.Backlog < 0 {
+		return endpoint{}, -1, &OptionError{Option: "backlog", Value: strconv.Itoa(c.Options.Backlog), Err: fmt.Errorf("%w: must be 0 (somaxconn) or positive", os.ErrInvalid)}
+	}
+	e, err := resolve(ctx, network, address)
+	if err != nil {
+		return e, -1, err
+	}
+	if e.kind.stream != stream {
+		return e, -1, net.UnknownNetworkError(network)
+	}
+	if stream {
+		if err := checkMigration(c.Migration, c.logger()); err != nil {
+			return e, -1, err
+		}
+	}
+	fd, err := c.socket(e)
+	if err != nil {
+		return e, -1, err
+	}
+	if err := c.bind(fd, e); err != nil {
+		unix.Close(fd)
+		return e, -1, err
+	}
+	return e, fd, nil
+}
+
+// socket creates the socket and sets every option, before bind.
+func (c *Config) socket(e endpoint) (int, error) {
+	typ, proto := unix.SOCK_DGRAM, unix.IPPROTO_UDP
+	if e.kind.stream {
+		typ, proto = unix.SOCK_STREAM, unix.IPPROTO_TCP
+		if c.MPTCP {
+			proto = unix.IPPROTO_MPTCP
+		}
+	}
+	fd, err := unix.Socket(e.kind.family, typ|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
+	}
+	o := c.Options
+	o.V6Only = o.V6Only || e.v6only
+	if err := setOptions(fd, e.kind, &o); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// bind checks the group's owners, binds, and explains EADDRINUSE.
+func (c *Config) bind(fd int, e endpoint) error {
+	if e.kind.stream && !c.SkipUIDCheck && e.ap.Port() != 0 {
+		if err := checkUID(fd, e); err != nil {
+			return err
+		}
+	}
+	err := unix.Bind(fd, e.sockaddr())
+	if err == nil {
+		return nil
+	}
+	serr := os.NewSyscallError("bind", err)
+	if errors.Is(err, unix.EADDRINUSE) && e.kind.stream {
+		return diagnose(fd, e, serr)
+	}
+	return serr
+}
+
+func opError(network, address string, e endpoint, err error) error {
+	var addr net.Addr
+	switch {
+	case e.ap.IsValid() && e.kind.stream:
+		addr = net.TCPAddrFromAddrPort(e.ap)
+	case e.ap.IsValid():
+		addr = net.UDPAddrFromAddrPort(e.ap)
+	}
+	if addr == nil {
+		return &net.OpError{Op: "listen", Net: network, Addr: stringAddr{network, address}, Err: err}
+	}
+	return &net.OpError{Op: "listen", Net: network, Addr: addr, Err: err}
+}
+
+type stringAddr struct{ net, addr string }
+
+func (a stringAddr) Network() string { return a.net }
+func (a stringAddr) String() string  { return a.addr }
+
+func logAdjustments(log *zap.Logger, e endpoint, adj []Adjustment) {
+	for _, a := range adj {
+		log.Info("kernel adjusted a socket option", zap.String("addr", e.ap.String()),
+			zap.String("option", a.Option), zap.String("asked", a.Asked), zap.String("got", a.Got), zap.String("why", a.Why))
+	}
+}
