@@ -1,0 +1,226 @@
+package systemd
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// The variables of the socket activation protocol (sd_listen_fds(3)).
+const (
+	EnvListenPID     = "LISTEN_PID"
+	EnvListenFDs     = "LISTEN_FDS"
+	EnvListenFDNames = "LISTEN_FDNAMES"
+)
+
+// firstFD is SD_LISTEN_FDS_START: systemd passes fds 3, 4, ...
+const firstFD = 3
+
+// maxFDs bounds LISTEN_FDS; systemd's own FileDescriptorStoreMax= limit is 4096.
+const maxFDs = 1 << 16
+
+// Activation holds the fds systemd passed to this process. Take hands them out
+// one by one; the caller owns each file it takes. Safe for concurrent use.
+type Activation struct {
+	mu  sync.Mutex
+	fds []passed // not yet taken, in LISTEN_FDS order
+}
+
+// passed is one checked fd and what the kernel says it is.
+type passed struct {
+	fd   int
+	name string
+	sock sockInfo
+}
+
+var (
+	once      sync.Once
+	activated *Activation
+	actErr    error
+)
+
+// Activated reads LISTEN_PID/LISTEN_FDS/LISTEN_FDNAMES once (checks LISTEN_PID
+// == os.Getpid(), every fd 3.. exists, is a socket, sets FD_CLOEXEC), unsets
+// LISTEN_* so children don't inherit them, and returns nil, nil when the process
+// was not socket-activated. Each bad variable or fd gives its own typed error.
+//
+// The first call does the work; later calls return the same *Activation and
+// error. Unlike sd_listen_fds(3), which treats a LISTEN_PID of another process
+// as "not activated", Activated reports it (ErrListenPID): the variables leaked
+// from a parent, and the fds numbered in them are not ours. On error no fd is
+// handed out; the fds that were checked stay open, close-on-exec.
+//
+// Errors are *EnvError (ErrListenPID, ErrListenFDs, ErrListenFDNames) or, joined
+// with errors.Join, one *FDError per bad fd (ErrFDMissing, ErrNotSocket).
+func Activated() (*Activation, error) {
+	once.Do(func() {
+		activated, actErr = activate(os.Getenv, os.Getpid())
+		for _, v := range []string{EnvListenPID, EnvListenFDs, EnvListenFDNames} {
+			if err := os.Unsetenv(v); err != nil && actErr == nil {
+				actErr = fmt.Errorf("systemd activation: unset %s: %w", v, err)
+			}
+		}
+	})
+	return activated, actErr
+}
+
+// activate parses the environment and checks each fd.
+func activate(getenv func(string) string, pid int) (*Activation, error) {
+	n, names, err := parseEnv(getenv, pid)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	a := &Activation{fds: make([]passed, 0, n)}
+	var errs []error
+	for i := range n {
+		p := passed{fd: firstFD + i}
+		if names != nil {
+			p.name = names[i]
+		}
+		if err := p.check(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		a.fds = append(a.fds, p)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return a, nil
+}
+
+// parseEnv returns the fd count and names (nil when LISTEN_FDNAMES is unset).
+func parseEnv(getenv func(string) string, pid int) (int, []string, error) {
+	pidStr, fdsStr, namesStr := getenv(EnvListenPID), getenv(EnvListenFDs), getenv(EnvListenFDNames)
+	if pidStr == "" && fdsStr == "" {
+		return 0, nil, nil
+	}
+	if fdsStr == "" {
+		return 0, nil, &EnvError{Var: EnvListenFDs, Err: fmt.Errorf("%w: unset while %s=%s", ErrListenFDs, EnvListenPID, pidStr)}
+	}
+	if pidStr == "" {
+		return 0, nil, &EnvError{Var: EnvListenPID, Err: fmt.Errorf("%w: unset while %s=%s", ErrListenPID, EnvListenFDs, fdsStr)}
+	}
+	got, err := strconv.Atoi(pidStr)
+	if err != nil {
+		return 0, nil, &EnvError{Var: EnvListenPID, Value: pidStr, Err: fmt.Errorf("%w: %w", ErrListenPID, err)}
+	}
+	if got != pid {
+		return 0, nil, &EnvError{Var: EnvListenPID, Value: pidStr, Err: fmt.Errorf("%w: names pid %d, this is pid %d", ErrListenPID, got, pid)}
+	}
+	n, err := strconv.Atoi(fdsStr)
+	if err != nil {
+		return 0, nil, &EnvError{Var: EnvListenFDs, Value: fdsStr, Err: fmt.Errorf("%w: %w", ErrListenFDs, err)}
+	}
+	if n < 0 || n > maxFDs {
+		return 0, nil, &EnvError{Var: EnvListenFDs, Value: fdsStr, Err: fmt.Errorf("%w: want 0..%d", ErrListenFDs, maxFDs)}
+	}
+	if namesStr == "" {
+		return n, nil, nil
+	}
+	names := strings.Split(namesStr, ":")
+	if len(names) != n {
+		return 0, nil, &EnvError{Var: EnvListenFDNames, Value: namesStr, Err: fmt.Errorf("%w: %d names for %d fds", ErrListenFDNames, len(names), n)}
+	}
+	return n, names, nil
+}
+
+// Take returns, and removes from a, the fd named name (FileDescriptorName=), or
+// when name is "" or not found by name the first whose local address matches
+// network/address; ok is false when none matches. The caller owns f.
+//
+// A fd found by name must still be of the kind network asks for ("tcp", "tcp4",
+// "tcp6" and "unix", "unixpacket" want a listening socket; "udp*", "unixgram" a
+// datagram socket) and, when address is not "", bound to address; otherwise
+// Take returns an *FDError matching ErrKind and keeps the fd. network "" accepts
+// any kind. Addresses are compared as literals: "host:port" with an IP or an
+// empty host (the wildcard address of either family), or a unix path ("@name"
+// for the abstract namespace). A nil a has nothing to take.
+func (a *Activation) Take(name, network, address string) (f *os.File, ok bool, err error) {
+	if a == nil {
+		return nil, false, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i := -1
+	if name != "" {
+		i = a.byName(name)
+	}
+	if i >= 0 {
+		if err := a.fds[i].matches(network, address); err != nil {
+			return nil, false, &FDError{Op: "take", FD: a.fds[i].fd, Name: name, Kind: ErrKind, Err: err}
+		}
+	} else {
+		i = a.byAddr(network, address)
+	}
+	if i < 0 {
+		return nil, false, nil
+	}
+	p := a.fds[i]
+	a.fds = append(a.fds[:i], a.fds[i+1:]...)
+	return os.NewFile(uintptr(p.fd), p.label()), true, nil
+}
+
+func (a *Activation) byName(name string) int {
+	for i, p := range a.fds {
+		if p.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func (a *Activation) byAddr(network, address string) int {
+	if network == "" && address == "" {
+		return -1
+	}
+	for i, p := range a.fds {
+		if p.matches(network, address) == nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// Available lists the fds not taken yet, as "name=network:address" (name is
+// empty when LISTEN_FDNAMES was unset).
+func (a *Activation) Available() []string {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]string, len(a.fds))
+	for i, p := range a.fds {
+		out[i] = p.name + "=" + p.sock.String()
+	}
+	return out
+}
+
+// Close closes the fds not taken yet (systemd keeps its own copies of activated
+// sockets and stored fds). It is safe to call more than once.
+func (a *Activation) Close() error {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	for _, p := range a.fds {
+		if err := closeFD(p.fd); err != nil {
+			errs = append(errs, &FDError{Op: "close", FD: p.fd, Name: p.name, Kind: ErrFDMissing, Err: err})
+		}
+	}
+	a.fds = nil
+	return errors.Join(errs...)
+}
+
+func (p passed) label() string {
+	if p.name != "" {
+		return "systemd:" + p.name
+	}
+	return "systemd:" + p.sock.String()
+}
