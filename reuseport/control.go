@@ -9,17 +9,19 @@ import (
 )
 
 // ErrMPTCP is returned by Control for an MPTCP socket when Config.MPTCP is off.
-var ErrMPTCP = fmt.Errorf("%w: socket is MPTCP (Go's default since 1.24); call ListenConfig.SetMultipathTCP(false) or set Config.MPTCP", ErrNotSupported)
+// Package net then falls back to a plain TCP socket and calls Control again.
+var ErrMPTCP = fmt.Errorf("%w: socket is MPTCP (Go's default since 1.24); set Config.MPTCP to keep it", ErrNotSupported)
 
 // Control sets SO_REUSEPORT and c.Options on a socket before bind, for callers
 // who keep their own net.ListenConfig:
 //
 //	lc := net.ListenConfig{Control: cfg.Control}
-//	lc.SetMultipathTCP(false)
 //
 // It cannot set the backlog (package net chooses it) and does not check UIDs or
-// the migration policy; Listen does all of that. An MPTCP socket is refused
-// with ErrMPTCP unless c.MPTCP is set.
+// the migration policy; Listen does all of that. Unless c.MPTCP is set, it
+// refuses the MPTCP socket Go 1.24+ tries first (with ErrMPTCP), and package
+// net falls back to plain TCP, so the listener is IPPROTO_TCP either way;
+// lc.SetMultipathTCP(false) skips that first attempt.
 func (c *Config) Control(network, address string, rc syscall.RawConn) error {
 	var serr error
 	err := rc.Control(func(fd uintptr) {

@@ -113,7 +113,14 @@ func inspect(ctx context.Context, port uint16, match func(netip.AddrPort) bool) 
 	}
 	g.Unreadable = unreadable
 	if len(unreadable) > 0 {
-		g.Note = fmt.Sprintf("the fds of %d processes could not be read (another user's, without root); PIDs may be missing", len(unreadable))
+		g.Note = fmt.Sprintf("could not read the fds of %d processes (%s): their sockets show no PID; another user's processes need root or CAP_SYS_PTRACE", len(unreadable), shortList(unreadable))
 	}
 	return g, nil
+}
+
+func shortList(pids []int) string {
+	if len(pids) <= 5 {
+		return fmt.Sprintf("pids %v", pids)
+	}
+	return fmt.Sprintf("pids %v and %d more", pids[:5], len(pids)-5)
 }

@@ -1,6 +1,7 @@
 package reuseport
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -202,6 +203,11 @@ func readOptions(fd int) ([]OptionValue, Options, error) {
 			continue
 		}
 		v, err := unix.GetsockoptInt(fd, s.level, s.opt)
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOPROTOOPT) {
+			// MPTCP sockets answer only some TCP options.
+			vals = append(vals, OptionValue{s.name, "unsupported"})
+			continue
+		}
 		if err != nil {
 			return nil, eff, os.NewSyscallError("getsockopt "+s.name, err)
 		}
@@ -216,6 +222,9 @@ func readOptions(fd int) ([]OptionValue, Options, error) {
 	vals = append(vals, OptionValue{"SO_BINDTODEVICE", dev})
 	if k.stream {
 		cc, err := unix.GetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOPROTOOPT) {
+			cc, err = "unsupported", nil
+		}
 		if err != nil {
 			return nil, eff, os.NewSyscallError("getsockopt TCP_CONGESTION", err)
 		}
