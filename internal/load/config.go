@@ -1,0 +1,102 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Config describes a run. Its zero value, with URL set, means one closed-loop
+// worker opening a new connection per request for 10 seconds.
+type Config struct {
+	// URL is the target, "http://host:port/path". Required.
+	URL string
+
+	// Concurrency is the number of workers in a closed-loop run (default 1),
+	// or the most requests in flight in an open-loop run (default 1024); a due
+	// arrival waits for a free slot, and the wait counts in its latency.
+	Concurrency int
+
+	// Rate, when positive, makes the run open-loop: this many requests are
+	// sent per second, evenly spaced.
+	Rate float64
+
+	// Duration bounds the time during which new requests are sent (default
+	// 10 s). Requests in flight then finish, each within Timeout.
+	Duration time.Duration
+
+	// Requests, when positive, bounds the number of requests sent.
+	Requests int64
+
+	// Timeout bounds each request, dial included (default 2 s, longer than the
+	// kernel's first SYN retransmit at 1 s).
+	Timeout time.Duration
+
+	// KeepAlive reuses connections instead of opening one per request. The
+	// hand-written client never retries: a request sent on a connection the
+	// server has just closed fails (eof or reset), as it would for any client
+	// that does not retry.
+	KeepAlive bool
+
+	// Transport sends requests through net/http's Transport instead of the
+	// hand-written client that never retries.
+	Transport bool
+
+	// Header names a response header (such as "X-Generation") whose values
+	// are counted over ok replies, in total and per bucket.
+	Header string
+
+	// Bucket is the width of the timeline's buckets (default 100 ms).
+	Bucket time.Duration
+
+	// Window is how far around a mark buckets count as around it (default
+	// 200 ms).
+	Window time.Duration
+
+	// Dial opens connections (default: a net.Dialer, plain TCP). Set it to
+	// dial from another network namespace, for example.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// withDefaults checks c and returns it with defaults filled in, and the
+// parsed URL.
+func (c Config) withDefaults() (Config, *url.URL, error) {
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		return c, nil, fmt.Errorf("load: parse URL: %w", err)
+	}
+	if u.Scheme != "http" || u.Host == "" {
+		return c, nil, fmt.Errorf("load: URL %q: want http://host:port/path", c.URL)
+	}
+	if c.Concurrency < 0 || c.Rate < 0 || c.Duration < 0 || c.Requests < 0 ||
+		c.Timeout < 0 || c.Bucket < 0 || c.Window < 0 {
+		return c, nil, errors.New("load: negative value in Config")
+	}
+	switch {
+	case c.Concurrency > 0:
+	case c.Rate > 0:
+		c.Concurrency = 1024
+	default:
+		c.Concurrency = 1
+	}
+	c.Duration = orDefault(c.Duration, 10*time.Second)
+	c.Timeout = orDefault(c.Timeout, 2*time.Second)
+	c.Bucket = orDefault(c.Bucket, 100*time.Millisecond)
+	c.Window = orDefault(c.Window, 200*time.Millisecond)
+	c.Header = http.CanonicalHeaderKey(c.Header)
+	if c.Dial == nil {
+		c.Dial = (&net.Dialer{}).DialContext
+	}
+	return c, u, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}

@@ -1,0 +1,45 @@
+// Package load is the load client of the zerodrop benchmarks: it sends HTTP/1.1
+// GET requests to one server, classifies every outcome, and records every
+// latency on a timeline that callers mark with their own events (restarts).
+//
+// # How it works
+//
+// A [Generator] runs either closed-loop (Config.Concurrency workers, each
+// sending its next request as soon as the previous one ends) or open-loop
+// (Config.Rate arrivals per second, whatever the server's pace). By default each
+// request opens a new TCP connection, because a restart loses connections in
+// accept queues and only new connections exercise them; Config.KeepAlive reuses
+// connections instead.
+//
+// The default client is written by hand on a [net.Dialer]: it writes a minimal
+// request, parses the reply with [net/http.ReadResponse] and never retries, so
+// every failure the server causes is counted. Config.Transport uses
+// [net/http.Transport] instead, which retries some failures on reused
+// connections, as real Go clients do.
+//
+// # Outcomes
+//
+// Every request ends in one [Class]: ok, reset (ECONNRESET, EPIPE), refused
+// (ECONNREFUSED), eof (the connection ended before a full reply), timeout,
+// status (a full reply with status 400 or above) or other. Latencies of ok
+// requests go into HDR histograms (github.com/HdrHistogram/hdrhistogram-go,
+// microsecond resolution, 3 significant digits); failures are counted by class.
+//
+// # Timeline and marks
+//
+// Each request belongs to the bucket (100 ms by default) in which it was sent;
+// in open-loop runs, the moment it was due, so the time spent waiting for a
+// free slot counts in its latency. [Generator.Mark] records an event; a bucket
+// is "around" a mark when it overlaps [mark-Window, mark+Window] (±200 ms by
+// default). The [Result] gives p50/p99/max over the whole run, over the steady
+// buckets and over the buckets around marks, and per bucket its count,
+// failures by class and p99. Buckets are summarised as soon as no later mark
+// and no request still in flight can change them, so memory does not grow with
+// the run's length beyond the bucket list itself.
+//
+// # Requirements
+//
+// None beyond a reachable server: no privileges, any OS. The default dialer is
+// plain TCP, like Go's: an MPTCP client would change what the kernel does when a
+// listener closes (see KERNEL.md).
+package load

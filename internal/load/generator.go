@@ -1,0 +1,146 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Generator sends the load one Config describes. Its methods are safe for
+// concurrent use: Mark and Count are meant to be called while Run runs.
+type Generator struct {
+	cfg    Config
+	client client
+	rec    *recorder
+	ran    atomic.Bool
+	sent   atomic.Int64 // requests started, for Config.Requests
+	start  time.Time
+}
+
+// New checks cfg and returns a Generator ready to Run once.
+func New(cfg Config) (*Generator, error) {
+	cfg, u, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Generator{cfg: cfg, client: newClient(cfg, u), rec: newRecorder(cfg.Bucket, cfg.Window)}, nil
+}
+
+// Mark records an event, such as "restart", at the current time of the run.
+// Marks made before Run starts count as made at its start; marks made after
+// Run returns are ignored.
+func (g *Generator) Mark(name string) { g.rec.mark(name) }
+
+// Count returns how many requests have completed so far, and how many of them
+// failed; for progress reports.
+func (g *Generator) Count() (requests, failed int64) { return g.rec.count() }
+
+// Run sends the load and returns what it measured. It stops sending after
+// Config.Duration or Config.Requests, then waits for the requests in flight,
+// each bounded by Config.Timeout. If ctx ends first, Run abandons the requests
+// in flight without counting them and returns the result so far with
+// ctx.Err(). Every goroutine Run starts has ended when it returns, except
+// those net/http's Transport keeps for connections it is closing.
+func (g *Generator) Run(ctx context.Context) (*Result, error) {
+	if !g.ran.CompareAndSwap(false, true) {
+		return nil, errors.New("load: Run called twice")
+	}
+	g.start = time.Now()
+	g.rec.start(g.start, func() time.Duration { return time.Since(g.start) })
+	sending, cancel := context.WithTimeout(ctx, g.cfg.Duration)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	if g.cfg.Rate > 0 {
+		g.openLoop(ctx, sending, &wg)
+	} else {
+		g.closedLoop(ctx, sending, &wg)
+	}
+	wg.Wait()
+	g.client.close()
+	res := g.rec.result()
+	if ended(ctx) {
+		<-ctx.Done() // its deadline has passed: the timer is about to fire
+		return res, ctx.Err()
+	}
+	return res, nil
+}
+
+// closedLoop starts the workers: each sends its next request when the last
+// one ends, while sending lasts.
+func (g *Generator) closedLoop(ctx, sending context.Context, wg *sync.WaitGroup) {
+	for range g.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !ended(sending) && g.take() {
+				at := time.Since(g.start)
+				g.one(ctx, g.rec.begin(at), at)
+			}
+		}()
+	}
+}
+
+// openLoop sends requests at Config.Rate while sending lasts, each in its own
+// goroutine, at most Config.Concurrency at once. It returns when the last one
+// has started.
+func (g *Generator) openLoop(ctx, sending context.Context, wg *sync.WaitGroup) {
+	slots := make(chan struct{}, g.cfg.Concurrency)
+	interval := time.Duration(float64(time.Second) / g.cfg.Rate)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for n := time.Duration(0); g.take(); n++ {
+		due := n * interval
+		if wait := due - time.Since(g.start); wait > 0 {
+			t.Reset(wait)
+			select {
+			case <-sending.Done():
+				return
+			case <-t.C:
+			}
+		}
+		if ended(sending) {
+			return
+		}
+		i := g.rec.begin(due)
+		select {
+		case slots <- struct{}{}:
+		case <-sending.Done():
+			g.rec.abort(i)
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.one(ctx, i, due)
+			<-slots
+		}()
+	}
+}
+
+// take reports whether another request may be sent under Config.Requests.
+func (g *Generator) take() bool {
+	return g.cfg.Requests == 0 || g.sent.Add(1) <= g.cfg.Requests
+}
+
+// one sends a request begun in bucket i at offset at, and records it unless
+// ctx ended.
+func (g *Generator) one(ctx context.Context, i int, at time.Duration) {
+	rctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	hv, err := g.client.do(rctx)
+	cancel()
+	if ended(ctx) {
+		g.rec.abort(i)
+		return
+	}
+	g.rec.done(i, time.Since(g.start)-at, Classify(err), hv, err)
+}
+
+// ended reports whether ctx is done or past its deadline: its timer may fire
+// late, and requests must not start, nor count, in between.
+func ended(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(dl)
+}

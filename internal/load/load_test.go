@@ -1,0 +1,290 @@
+package load
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// modes are the four clients: hand-written or net/http's Transport, with a
+// new connection per request or kept alive.
+var modes = []struct {
+	name                 string
+	transport, keepAlive bool
+}{
+	{"raw", false, false},
+	{"raw-keepalive", false, true},
+	{"transport", true, false},
+	{"transport-keepalive", true, true},
+}
+
+func run(t *testing.T, ctx context.Context, cfg Config) *Result {
+	t.Helper()
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := g.Run(ctx)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return res
+}
+
+func okServer(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Generation", "7")
+		fmt.Fprintln(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestOK(t *testing.T) {
+	srv := okServer(t)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			res := run(t, t.Context(), Config{URL: srv.URL + "/x?y=1", Concurrency: 4, Requests: 50,
+				Transport: m.transport, KeepAlive: m.keepAlive, Header: "x-generation"})
+			if res.Requests != 50 || res.Failed != 0 || res.Headers["7"] != 50 {
+				t.Fatalf("requests %d failed %d headers %v errors %v; want 50 ok from generation 7",
+					res.Requests, res.Failed, res.Headers, res.Errors)
+			}
+			if res.P99MS <= 0 || res.MaxMS < res.P99MS || res.P99MS < res.P50MS {
+				t.Errorf("p50 %v p99 %v max %v", res.P50MS, res.P99MS, res.MaxMS)
+			}
+		})
+	}
+}
+
+// tcpServer serves raw TCP on 127.0.0.1:0, calling handle for each
+// connection after reading its request, and returns its URL. handle may block
+// until stop is closed, at the end of the test.
+func tcpServer(t *testing.T, handle func(c *net.TCPConn, stop <-chan struct{})) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		close(stop)
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				handle(c.(*net.TCPConn), stop)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String() + "/"
+}
+
+func closedPort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr + "/"
+}
+
+func TestClassification(t *testing.T) {
+	servers := []struct {
+		want Class
+		url  func(t *testing.T) string
+	}{
+		{Reset, func(t *testing.T) string {
+			return tcpServer(t, func(c *net.TCPConn, _ <-chan struct{}) { c.SetLinger(0) })
+		}},
+		{EOF, func(t *testing.T) string {
+			return tcpServer(t, func(*net.TCPConn, <-chan struct{}) {})
+		}},
+		{Timeout, func(t *testing.T) string {
+			return tcpServer(t, func(_ *net.TCPConn, stop <-chan struct{}) { <-stop })
+		}},
+		{Refused, closedPort},
+		{Status, func(t *testing.T) string {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Error(w, "draining", http.StatusServiceUnavailable)
+			}))
+			t.Cleanup(srv.Close)
+			return srv.URL
+		}},
+	}
+	for _, s := range servers {
+		for _, m := range modes {
+			t.Run(string(s.want)+"/"+m.name, func(t *testing.T) {
+				res := run(t, t.Context(), Config{URL: s.url(t), Concurrency: 2, Requests: 6,
+					Timeout: 100 * time.Millisecond, Transport: m.transport, KeepAlive: m.keepAlive})
+				if res.Requests != 6 || res.Failed != 6 || res.FailedByClass[s.want] != 6 {
+					t.Errorf("requests %d failed %d by class %v errors %v; want 6 %s",
+						res.Requests, res.Failed, res.FailedByClass, res.Errors, s.want)
+				}
+			})
+		}
+	}
+}
+
+// A server that hangs: Run stops sending after Duration and returns once the
+// requests in flight time out.
+func TestBoundedByDuration(t *testing.T) {
+	url := tcpServer(t, func(_ *net.TCPConn, stop <-chan struct{}) { <-stop })
+	begin := time.Now()
+	res := run(t, t.Context(), Config{URL: url, Concurrency: 8, Duration: 300 * time.Millisecond,
+		Timeout: 200 * time.Millisecond})
+	// Each worker sends at 0 and 200 ms: 16 timeouts, done by about 400 ms.
+	if took := time.Since(begin); took > time.Second {
+		t.Errorf("Run took %v, want about 400 ms (Duration 300 ms, Timeout 200 ms)", took)
+	}
+	if res.Requests != 16 || res.FailedByClass[Timeout] != 16 {
+		t.Errorf("requests %d, timeouts %d; want 16, 16", res.Requests, res.FailedByClass[Timeout])
+	}
+	if n := len(res.Buckets); n < 4 || n > 10 {
+		t.Errorf("%d buckets for a run of %.0f ms", n, res.DurationMS)
+	}
+}
+
+// Cancelling ctx ends Run at once; the requests it cut short are not counted.
+func TestCancel(t *testing.T) {
+	url := tcpServer(t, func(_ *net.TCPConn, stop <-chan struct{}) { <-stop })
+	g, err := New(Config{URL: url, Concurrency: 4, Duration: time.Minute, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	res, err := g.Run(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Run: %v, want context.DeadlineExceeded", err)
+	}
+	if took := time.Since(begin); took > time.Second {
+		t.Errorf("Run took %v after a 100 ms context", took)
+	}
+	if res == nil || res.Requests != 0 {
+		t.Errorf("result %+v, want 0 requests", res)
+	}
+	if _, err := g.Run(t.Context()); err == nil {
+		t.Error("second Run: no error")
+	}
+}
+
+func TestOpenLoop(t *testing.T) {
+	srv := okServer(t)
+	res := run(t, t.Context(), Config{URL: srv.URL, Rate: 200, Duration: 500 * time.Millisecond})
+	// 100 arrivals are due in 500 ms; a late timer may miss the last ones.
+	if res.Requests < 50 || res.Requests > 100 || res.Failed != 0 {
+		t.Errorf("requests %d failed %d, want about 100 ok", res.Requests, res.Failed)
+	}
+	res = run(t, t.Context(), Config{URL: srv.URL, Rate: 200, Requests: 7})
+	if res.Requests != 7 {
+		t.Errorf("requests %d, want 7", res.Requests)
+	}
+}
+
+// In an open loop, latency counts from when a request was due: a server
+// slower than the rate shows the queue building up.
+func TestOpenLoopQueueing(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(30 * time.Millisecond)
+	}))
+	t.Cleanup(srv.Close)
+	res := run(t, t.Context(), Config{URL: srv.URL, Rate: 100, Concurrency: 1, Duration: 300 * time.Millisecond})
+	if res.Requests < 3 || res.MaxMS < 100 {
+		t.Errorf("requests %d, max %v ms; want the last ones to have waited over 100 ms", res.Requests, res.MaxMS)
+	}
+}
+
+func TestMarkDuringRun(t *testing.T) {
+	srv := okServer(t)
+	g, err := New(Config{URL: srv.URL, Concurrency: 2, Duration: 800 * time.Millisecond, Header: "X-Generation"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *Result)
+	go func() {
+		res, err := g.Run(t.Context())
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	time.Sleep(400 * time.Millisecond)
+	if n, _ := g.Count(); n == 0 {
+		t.Error("Count: 0 requests after 400 ms")
+	}
+	g.Mark("restart")
+	res := <-done
+
+	if len(res.Marks) != 1 || res.Marks[0].Name != "restart" || res.Marks[0].AtMS < 300 || res.Marks[0].AtMS > 800 {
+		t.Fatalf("marks %+v, want one restart at about 400 ms", res.Marks)
+	}
+	var nearN, requests int64
+	for _, b := range res.Buckets {
+		requests += b.Requests
+		if b.NearMark {
+			nearN += b.Requests
+		}
+	}
+	if requests != res.Requests || nearN != res.Marks[0].Requests || nearN == 0 {
+		t.Errorf("buckets hold %d requests (%d near the mark), result %d, mark %d",
+			requests, nearN, res.Requests, res.Marks[0].Requests)
+	}
+	if res.P99MSRestart <= 0 || res.P99MSSteady <= 0 {
+		t.Errorf("p99 steady %v restart %v", res.P99MSSteady, res.P99MSRestart)
+	}
+
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"requests", "failed", "failed_by_class", "p50_ms_steady", "p99_ms_steady",
+		"max_ms_steady", "p50_ms_restart", "p99_ms_restart", "max_ms_restart", "marks", "buckets", "headers"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON has no %q: %s", k, strings.Split(string(b), `"buckets"`)[0])
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, cfg := range []Config{
+		{},
+		{URL: "127.0.0.1:80"},
+		{URL: "https://127.0.0.1/"},
+		{URL: "http://127.0.0.1/", Concurrency: -1},
+		{URL: "http://127.0.0.1/", Rate: -1},
+	} {
+		if _, err := New(cfg); err == nil || !strings.HasPrefix(err.Error(), "load: ") {
+			t.Errorf("New(%+v): %v, want a load: error", cfg, err)
+		}
+	}
+}

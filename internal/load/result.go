@@ -1,0 +1,56 @@
+package load
+
+import "time"
+
+// Result is what a run measured. Latencies are in milliseconds and cover ok
+// requests only; failures are counted by class. "Restart" fields cover the
+// buckets around marks, "steady" ones all other buckets.
+type Result struct {
+	Start         time.Time       `json:"start"`
+	DurationMS    float64         `json:"duration_ms"`
+	Requests      int64           `json:"requests"`
+	Failed        int64           `json:"failed"`
+	FailedByClass map[Class]int64 `json:"failed_by_class"`
+	P50MS         float64         `json:"p50_ms"`
+	P99MS         float64         `json:"p99_ms"`
+	MaxMS         float64         `json:"max_ms"`
+	P50MSSteady   float64         `json:"p50_ms_steady"`
+	P99MSSteady   float64         `json:"p99_ms_steady"`
+	MaxMSSteady   float64         `json:"max_ms_steady"`
+	P50MSRestart  float64         `json:"p50_ms_restart"`
+	P99MSRestart  float64         `json:"p99_ms_restart"`
+	MaxMSRestart  float64         `json:"max_ms_restart"`
+
+	// Headers counts ok replies by the value of Config.Header.
+	Headers map[string]int64 `json:"headers,omitempty"`
+
+	// Errors holds the first error seen in each failure class.
+	Errors map[Class]string `json:"errors,omitempty"`
+
+	Marks   []Event  `json:"marks"`
+	Buckets []Bucket `json:"buckets"`
+}
+
+// Event is a mark made with [Generator.Mark], and what happened around it:
+// the requests sent in the buckets around it, and how many of those failed. A
+// bucket around two marks counts for both.
+type Event struct {
+	Name     string  `json:"name"`
+	AtMS     float64 `json:"at_ms"`
+	Requests int64   `json:"requests"`
+	Failed   int64   `json:"failed"`
+}
+
+// Bucket summarises the requests sent during one slice of the run, starting
+// StartMS after its start.
+type Bucket struct {
+	StartMS       float64          `json:"t_ms"`
+	Requests      int64            `json:"requests"`
+	Failed        int64            `json:"failed"`
+	FailedByClass map[Class]int64  `json:"failed_by_class,omitempty"`
+	P99MS         float64          `json:"p99_ms"`
+	NearMark      bool             `json:"near_mark"`
+	Headers       map[string]int64 `json:"headers,omitempty"`
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
