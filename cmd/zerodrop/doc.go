@@ -1,0 +1,41 @@
+// Command zerodrop is the operator's tool for zerodrop: it reads what the
+// kernel knows about the listening sockets of the current network namespace.
+//
+// # zerodrop doctor
+//
+//	zerodrop doctor [--port N] [--json] [--watch]
+//
+// doctor lists every TCP listener, grouped by address:port (a group with more
+// than one listener is a SO_REUSEPORT group), with each member's socket inode,
+// owner UID, the PIDs and commands holding it, its accept-queue length and its
+// backlog (NETLINK_SOCK_DIAG and /proc/*/fd). It shows
+// net.ipv4.tcp_migrate_req and the TcpExt/Tcp counters of the namespace, says
+// what those counters do and do not prove, and names each problem with a
+// stable code, a sentence and the fix:
+//
+//   - migration-disabled: a reuseport group exists and tcp_migrate_req is 0, so
+//     closing a member resets its accept queue and no TcpExt counter shows it.
+//   - queue-over-backlog: a queue holds more than backlog+1 connections, the
+//     most the kernel admits by itself: connections migrated from a closed
+//     sibling overflowed it (migration ignores the target's backlog).
+//   - listen-overflows: with --watch, TcpExt.ListenOverflows rose between two
+//     reads one second apart: a full queue dropped SYNs.
+//
+// --port N shows only the listeners on port N (the counters are always
+// namespace-wide). --json prints one JSON object with migrate_req, groups
+// (address, port, members with inode, uid, pids, commands, queue, backlog),
+// counters, counters_delta (with --watch), notes and problems (code, message,
+// fix).
+//
+// # Exit status
+//
+// 0 when there is no problem, 1 when there are problems, 2 when the kernel
+// could not be read (or the command line is wrong).
+//
+// # Privilege
+//
+// Listing listeners and counters needs no privilege. Finding the PIDs of
+// another user's sockets reads their /proc/PID/fd, which needs root (or
+// CAP_SYS_PTRACE); without it doctor says how many processes it could not
+// read. Linux 3.3+; tcp_migrate_req exists from Linux 5.14.
+package main

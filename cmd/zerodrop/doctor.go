@@ -1,0 +1,267 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/sockdiag"
+	"github.com/zerodrop/zerodrop/reuseport"
+)
+
+// Exit statuses.
+const (
+	exitOK       = 0 // no problem
+	exitProblems = 1 // problems found
+	exitUsage    = 2 // could not read the kernel, or a bad command line
+)
+
+// watchInterval is the time between the two counter reads of --watch.
+const watchInterval = time.Second
+
+// kernel is what doctor reads. linuxKernel reads the real one; tests replace
+// single functions to provoke what the real kernel cannot honestly do.
+type kernel struct {
+	netns      func() (uint64, error)
+	listeners  func(port uint16) ([]sockdiag.Listener, error)
+	owners     func(inodes []uint64) (map[uint64][]sockdiag.Process, []int, error)
+	migrateReq func() (bool, error)
+	counters   func() (reuseport.Counters, error)
+	// pause runs between the two counter reads of --watch.
+	pause func(ctx context.Context) error
+}
+
+// linuxKernel reads the calling thread's network namespace.
+func linuxKernel() kernel {
+	return kernel{
+		netns:      sockdiag.NetNS,
+		listeners:  sockdiag.Listeners,
+		owners:     sockdiag.Owners,
+		migrateReq: reuseport.MigrationEnabled,
+		counters:   reuseport.ReadCounters,
+		pause:      sleep(watchInterval),
+	}
+}
+
+func sleep(d time.Duration) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// options are doctor's flags.
+type options struct {
+	port  uint16 // 0: every port
+	json  bool
+	watch bool
+}
+
+// doctorMain parses the flags, reads the kernel, prints the report and
+// returns the exit status.
+func doctorMain(ctx context.Context, args []string, stdout, stderr io.Writer, k kernel) int {
+	opts, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitUsage
+	}
+	r, err := examine(ctx, k, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "zerodrop doctor: could not read the kernel: %v\n", err)
+		return exitUsage
+	}
+	if opts.json {
+		err = writeJSON(stdout, r)
+	} else {
+		err = writeTable(stdout, r)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "zerodrop doctor: %v\n", err)
+		return exitUsage
+	}
+	if len(r.Problems) > 0 {
+		return exitProblems
+	}
+	return exitOK
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("zerodrop doctor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	port := fs.Uint("port", 0, "show only the listeners on this port (0: all)")
+	var o options
+	fs.BoolVar(&o.json, "json", false, "print one JSON object instead of the table")
+	fs.BoolVar(&o.watch, "watch", false, "read the counters twice, "+watchInterval.String()+" apart, and report ListenOverflows rising")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "zerodrop doctor: unexpected argument %q\n", fs.Arg(0))
+		return o, errors.New("unexpected argument")
+	}
+	if *port > 65535 {
+		fmt.Fprintf(stderr, "zerodrop doctor: --port %d is not a port\n", *port)
+		return o, errors.New("bad port")
+	}
+	o.port = uint16(*port)
+	return o, nil
+}
+
+// report is everything doctor found; it is also the --json output.
+type report struct {
+	NetNS uint64 `json:"netns"` // inode of the network namespace read
+	// MigrateReq is net.ipv4.tcp_migrate_req (0 or 1); null on kernels
+	// without it (before 5.14).
+	MigrateReq *int               `json:"migrate_req"`
+	Groups     []group            `json:"groups"`
+	Counters   reuseport.Counters `json:"counters"`
+	// Delta is the counters' rise over WatchSeconds (--watch only).
+	Delta        *reuseport.Counters `json:"counters_delta,omitempty"`
+	WatchSeconds float64             `json:"watch_seconds,omitempty"`
+	Notes        []string            `json:"notes,omitempty"`
+	Problems     []problem           `json:"problems"`
+}
+
+// group is the listeners bound to one address:port; more than one member
+// means a SO_REUSEPORT group.
+type group struct {
+	Address string   `json:"address"`
+	Port    uint16   `json:"port"`
+	Members []member `json:"members"`
+}
+
+// member is one listening socket.
+type member struct {
+	Inode    uint64   `json:"inode"`
+	UID      uint32   `json:"uid"`      // socket owner
+	PIDs     []int    `json:"pids"`     // processes holding it
+	Commands []string `json:"commands"` // their /proc/PID/comm, in PIDs order
+	Queue    uint32   `json:"queue"`    // accept-queue length
+	Backlog  uint32   `json:"backlog"`  // listen backlog; the queue holds backlog+1
+}
+
+// problem is one thing wrong, with a stable code.
+type problem struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Fix     string `json:"fix"`
+}
+
+// examine reads the kernel: counters first, so that with --watch the groups
+// shown are those after the interval.
+func examine(ctx context.Context, k kernel, o options) (*report, error) {
+	r := &report{}
+	var err error
+	if r.Counters, err = k.counters(); err != nil {
+		return nil, err
+	}
+	if o.watch {
+		start := time.Now()
+		if err := k.pause(ctx); err != nil {
+			return nil, fmt.Errorf("watch: %w", err)
+		}
+		now, err := k.counters()
+		if err != nil {
+			return nil, err
+		}
+		d := now.Sub(r.Counters)
+		r.Counters, r.Delta = now, &d
+		r.WatchSeconds = time.Since(start).Round(time.Millisecond).Seconds()
+	}
+	if r.NetNS, err = k.netns(); err != nil {
+		return nil, err
+	}
+	if r.MigrateReq, err = readMigrateReq(k); err != nil {
+		return nil, err
+	}
+	if r.Groups, r.Notes, err = readGroups(k, o.port); err != nil {
+		return nil, err
+	}
+	r.Problems = diagnose(r)
+	return r, nil
+}
+
+func readMigrateReq(k kernel) (*int, error) {
+	on, err := k.migrateReq()
+	if errors.Is(err, reuseport.ErrNotSupported) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	v := 0
+	if on {
+		v = 1
+	}
+	return &v, nil
+}
+
+// readGroups lists the listeners on port (0: all), groups them by
+// address:port, and finds the processes holding them.
+func readGroups(k kernel, port uint16) ([]group, []string, error) {
+	ls, err := k.listeners(port)
+	if err != nil {
+		return nil, nil, err
+	}
+	inodes := make([]uint64, len(ls))
+	for i, l := range ls {
+		inodes[i] = l.Inode
+	}
+	owners, unreadable, err := k.owners(inodes)
+	if err != nil {
+		return nil, nil, err
+	}
+	var notes []string
+	if len(unreadable) > 0 {
+		notes = append(notes, unreadableNote(unreadable))
+	}
+	byAddr := map[netip.AddrPort]*group{}
+	var out []*group
+	for _, l := range ls {
+		g := byAddr[l.Addr]
+		if g == nil {
+			g = &group{Address: l.Addr.Addr().String(), Port: l.Addr.Port()}
+			byAddr[l.Addr] = g
+			out = append(out, g)
+		}
+		m := member{Inode: l.Inode, UID: l.UID, Queue: l.Queue, Backlog: l.Backlog, PIDs: []int{}, Commands: []string{}}
+		for _, p := range owners[l.Inode] {
+			m.PIDs = append(m.PIDs, p.PID)
+			m.Commands = append(m.Commands, p.Comm)
+		}
+		g.Members = append(g.Members, m)
+	}
+	groups := make([]group, len(out))
+	for i, g := range out {
+		slices.SortFunc(g.Members, func(a, b member) int { return cmp.Compare(a.Inode, b.Inode) })
+		groups[i] = *g
+	}
+	slices.SortFunc(groups, func(a, b group) int {
+		return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Address, b.Address))
+	})
+	return groups, notes, nil
+}
+
+// unreadableNote says whose fds could not be read.
+func unreadableNote(pids []int) string {
+	const show = 10
+	list := fmt.Sprint(pids[:min(len(pids), show)])
+	if len(pids) > show {
+		list = list[:len(list)-1] + " ...]"
+	}
+	return fmt.Sprintf("could not read the fds of %d process(es) %s (another user's, without root?): PIDs may be missing", len(pids), list)
+}

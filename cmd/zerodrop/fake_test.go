@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/zerodrop/zerodrop/internal/sockdiag"
+	"github.com/zerodrop/zerodrop/reuseport"
+)
+
+// fakeKernel serves a fixed namespace: a group of two on 127.0.0.1:8080
+// (one member over its backlog) and a lone listener on [::]:9090.
+func fakeKernel(migrate bool) kernel {
+	ls := []sockdiag.Listener{
+		{Addr: netip.MustParseAddrPort("127.0.0.1:8080"), Inode: 11, UID: 1000, Queue: 3, Backlog: 4096},
+		{Addr: netip.MustParseAddrPort("[::]:9090"), Inode: 30, UID: 0, Queue: 0, Backlog: 511},
+		{Addr: netip.MustParseAddrPort("127.0.0.1:8080"), Inode: 10, UID: 1000, Queue: 20, Backlog: 1},
+	}
+	return kernel{
+		netns: func() (uint64, error) { return 4026531840, nil },
+		listeners: func(port uint16) ([]sockdiag.Listener, error) {
+			return slices.DeleteFunc(slices.Clone(ls), func(l sockdiag.Listener) bool { return port != 0 && l.Addr.Port() != port }), nil
+		},
+		owners: func([]uint64) (map[uint64][]sockdiag.Process, []int, error) {
+			return map[uint64][]sockdiag.Process{
+				10: {{PID: 100, Comm: "server"}},
+				11: {{PID: 101, Comm: "server"}, {PID: 102, Comm: "server"}},
+			}, []int{1}, nil
+		},
+		migrateReq: func() (bool, error) { return migrate, nil },
+		counters: func() (reuseport.Counters, error) {
+			return reuseport.Counters{MigrateReqSuccess: 20, ListenOverflows: 7, ListenDrops: 7, OutRsts: 5}, nil
+		},
+		pause: func(context.Context) error { return nil },
+	}
+}
+
+// Example shows the table doctor prints (here for a made-up namespace; run
+// "zerodrop doctor" for the real one).
+func Example() {
+	doctorMain(context.Background(), nil, stdout{}, stdout{}, fakeKernel(false))
+	// Output:
+	// net.ipv4.tcp_migrate_req = 0 (netns 4026531840)
+	//
+	// ADDRESS         LISTENERS  INODE  UID   QUEUE  BACKLOG  PIDS
+	// 127.0.0.1:8080  2          10     1000  20     1        100(server)
+	//                            11     1000  3      4096     101(server) 102(server)
+	// [::]:9090       1          30     0     0      511      -
+	// note: could not read the fds of 1 process(es) [1] (another user's, without root?): PIDs may be missing
+	//
+	// counters: TCPMigrateReqSuccess 20  TCPMigrateReqFailure 0  ListenOverflows 7  ListenDrops 7  OutRsts 5  EstabResets 0
+	//   These are namespace-wide totals. TCPMigrateReqSuccess/Failure count accept-queue migrations only
+	//   while tcp_migrate_req=1 or an eBPF program migrates: with migration off, a closing member's queue
+	//   is reset and only the generic Tcp.OutRsts and Tcp.EstabResets move, so zeros there prove nothing.
+	//   Success also counts MPTCP connections the kernel fast-closed. ListenOverflows/ListenDrops count
+	//   SYNs dropped by a full queue (the client retries about 1 s later); only a rise between two reads
+	//   (--watch) says it happens now.
+	//
+	// migration-disabled: reuseport groups exist (127.0.0.1:8080 with 2 listeners) and net.ipv4.tcp_migrate_req is 0: closing a member resets every connection in its accept queue, and no TcpExt counter shows it (only Tcp.OutRsts)
+	//   fix: sysctl -w net.ipv4.tcp_migrate_req=1 in this network namespace (persist it in /etc/sysctl.d/), or drain each member's queue before closing it
+	//
+	// queue-over-backlog: 127.0.0.1:8080 inode 10 (pid 100 server) holds 20 connections in its accept queue, more than its backlog 1 admits (2): migration from a closed sibling overflowed it, and it drops new SYNs until it accepts them
+	//   fix: give every member of the group the same backlog, large enough for a sibling's queue (listen backlog and net.core.somaxconn), and keep every member accepting
+}
+
+// stdout lets the Example print through doctorMain's writer.
+type stdout struct{}
+
+func (stdout) Write(b []byte) (int, error) { return fmt.Print(string(b)) }
+
+func TestDoctorFakeKernel(t *testing.T) {
+	r, code := doctorJSON(t, fakeKernel(true))
+	if code != exitProblems || !slices.Equal(codes(r), []string{codeQueueOverBacklog}) {
+		t.Errorf("exit %d, problems %v; want 1, [%s]", code, codes(r), codeQueueOverBacklog)
+	}
+	if len(r.Groups) != 2 || r.Groups[0].Address != "127.0.0.1" || r.Groups[0].Port != 8080 || r.Groups[1].Address != "::" {
+		t.Errorf("groups %+v, want 127.0.0.1:8080 then [::]:9090", r.Groups)
+	}
+	if m := r.Groups[1].Members[0]; m.PIDs == nil || m.Commands == nil {
+		t.Errorf("member without owners %+v: pids and commands must be [], not null", m)
+	}
+	r, _ = doctorJSON(t, fakeKernel(false), "--port", "9090")
+	if len(r.Groups) != 1 || len(r.Problems) != 0 {
+		t.Errorf("--port 9090: groups %+v problems %+v, want one group and no problem", r.Groups, r.Problems)
+	}
+}
+
+// A full queue (backlog+1) is what listen admits by itself: not over.
+func TestQueueOverBacklogBoundary(t *testing.T) {
+	for _, tc := range []struct {
+		queue, backlog uint32
+		want           int
+	}{{2, 1, 0}, {3, 1, 1}, {1, 0, 0}, {2, 0, 1}, {4096, 4096, 0}, {4098, 4096, 1}} {
+		r := &report{Groups: []group{{Address: "127.0.0.1", Port: 1, Members: []member{{Queue: tc.queue, Backlog: tc.backlog}}}}}
+		if got := len(queuesOverBacklog(r)); got != tc.want {
+			t.Errorf("queue %d backlog %d: %d problems, want %d", tc.queue, tc.backlog, got, tc.want)
+		}
+	}
+}
+
+// Exit status 2 when any read of the kernel fails, and the error is printed.
+func TestDoctorCannotRead(t *testing.T) {
+	boom := os.NewSyscallError("open", syscall.EACCES)
+	for _, tc := range []struct {
+		name    string
+		breakIt func(k *kernel)
+	}{
+		{"listeners", func(k *kernel) {
+			k.listeners = func(uint16) ([]sockdiag.Listener, error) { return nil, fmt.Errorf("sockdiag: dump: %w", boom) }
+		}},
+		{"owners", func(k *kernel) {
+			k.owners = func([]uint64) (map[uint64][]sockdiag.Process, []int, error) { return nil, nil, boom }
+		}},
+		{"sysctl", func(k *kernel) { k.migrateReq = func() (bool, error) { return false, boom } }},
+		{"counters", func(k *kernel) { k.counters = func() (reuseport.Counters, error) { return reuseport.Counters{}, boom } }},
+		{"netns", func(k *kernel) { k.netns = func() (uint64, error) { return 0, boom } }},
+		{"watch", func(k *kernel) { k.pause = func(context.Context) error { return context.Canceled } }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := fakeKernel(true)
+			tc.breakIt(&k)
+			var out, errOut bytes.Buffer
+			code := doctorMain(context.Background(), []string{"--watch"}, &out, &errOut, k)
+			if code != exitUsage || out.Len() != 0 || !strings.Contains(errOut.String(), "could not read the kernel") {
+				t.Errorf("exit %d, stdout %q, stderr %q; want 2, nothing, the error", code, out.String(), errOut.String())
+			}
+		})
+	}
+}
+
+// A kernel without tcp_migrate_req: migrate_req is null and the fix says so.
+func TestDoctorOldKernel(t *testing.T) {
+	k := fakeKernel(true)
+	k.migrateReq = func() (bool, error) { return false, fmt.Errorf("%w: no sysctl", reuseport.ErrNotSupported) }
+	r, code := doctorJSON(t, k)
+	if code != exitProblems || r.MigrateReq != nil || !slices.Contains(codes(r), codeMigrationDisabled) {
+		t.Fatalf("exit %d, migrate_req %v, problems %v; want 1, null, %s", code, r.MigrateReq, codes(r), codeMigrationDisabled)
+	}
+	if !strings.Contains(r.Problems[0].Fix, "5.14") {
+		t.Errorf("fix %q does not name the kernel version", r.Problems[0].Fix)
+	}
+}
+
+func TestRunUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{nil, exitUsage}, {[]string{"bogus"}, exitUsage}, {[]string{"help"}, exitOK},
+		{[]string{"doctor", "--port", "70000"}, exitUsage}, {[]string{"doctor", "--nope"}, exitUsage},
+		{[]string{"doctor", "extra"}, exitUsage}, {[]string{"doctor", "-h"}, exitOK},
+	} {
+		var out, errOut bytes.Buffer
+		if got := run(context.Background(), tc.args, &out, &errOut); got != tc.want {
+			t.Errorf("run %q = %d, want %d (stderr %q)", tc.args, got, tc.want, errOut.String())
+		}
+	}
+}
