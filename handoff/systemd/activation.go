@@ -132,6 +132,8 @@ func parseEnv(getenv func(string) string, pid int) (int, []string, error) {
 // when name is "" or not found by name the first whose local address matches
 // network/address; ok is false when none matches. The caller owns f.
 //
+// An empty address matches no fd: Take("metrics", "tcp", "") never returns
+// the fd named "http".
 // A fd found by name must still be of the kind network asks for ("tcp", "tcp4",
 // "tcp6" and "unix", "unixpacket" want a listening socket; "udp*", "unixgram" a
 // datagram socket) and, when address is not "", bound to address; otherwise
@@ -140,8 +142,16 @@ func parseEnv(getenv func(string) string, pid int) (int, []string, error) {
 // empty host (the wildcard address of either family), or a unix path ("@name"
 // for the abstract namespace). A nil a has nothing to take.
 func (a *Activation) Take(name, network, address string) (f *os.File, ok bool, err error) {
+	p, ok, err := a.take(name, network, address)
+	if !ok {
+		return nil, false, err
+	}
+	return os.NewFile(uintptr(p.fd), p.label()), true, nil
+}
+
+func (a *Activation) take(name, network, address string) (passed, bool, error) {
 	if a == nil {
-		return nil, false, nil
+		return passed{}, false, nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -151,17 +161,17 @@ func (a *Activation) Take(name, network, address string) (f *os.File, ok bool, e
 	}
 	if i >= 0 {
 		if err := a.fds[i].matches(network, address); err != nil {
-			return nil, false, &FDError{Op: "take", FD: a.fds[i].fd, Name: name, Kind: ErrKind, Err: err}
+			return passed{}, false, &FDError{Op: "take", FD: a.fds[i].fd, Name: name, Kind: ErrKind, Err: err}
 		}
 	} else {
 		i = a.byAddr(network, address)
 	}
 	if i < 0 {
-		return nil, false, nil
+		return passed{}, false, nil
 	}
 	p := a.fds[i]
 	a.fds = append(a.fds[:i], a.fds[i+1:]...)
-	return os.NewFile(uintptr(p.fd), p.label()), true, nil
+	return p, true, nil
 }
 
 func (a *Activation) byName(name string) int {
@@ -174,7 +184,7 @@ func (a *Activation) byName(name string) int {
 }
 
 func (a *Activation) byAddr(network, address string) int {
-	if network == "" && address == "" {
+	if address == "" {
 		return -1
 	}
 	for i, p := range a.fds {

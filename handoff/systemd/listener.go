@@ -1,0 +1,39 @@
+package systemd
+
+import (
+	"context"
+	"net"
+	"os"
+
+	"github.com/zerodrop/zerodrop/reuseport"
+)
+
+// Listener takes a listening socket like Take and turns it into a
+// net.Listener (a *net.TCPListener or *net.UnixListener) that the caller owns.
+// When cfg is not nil the socket's options must agree with cfg (CheckOptions,
+// TCP only; ignore lists options to leave out).
+//
+// Errors: ErrNotFound (*NotFoundError) when no fd matches, ErrKind (*FDError)
+// when the named fd is of another kind, reuseport.ErrOptionMismatch. The fd is
+// closed on every error after it was taken. A nil a has nothing to take.
+func (a *Activation) Listener(ctx context.Context, name, network, address string, cfg *reuseport.Config, ignore ...string) (net.Listener, error) {
+	p, ok, err := a.take(name, network, address)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, &NotFoundError{Name: name, Network: network, Address: address, Have: a.Available()}
+	}
+	f := os.NewFile(uintptr(p.fd), p.label())
+	defer f.Close()
+	if cfg != nil {
+		if err := CheckOptions(ctx, f, cfg, ignore...); err != nil {
+			return nil, &FDError{Op: "take", FD: p.fd, Name: p.name, Kind: ErrKind, Err: err}
+		}
+	}
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, &FDError{Op: "take", FD: p.fd, Name: p.name, Kind: ErrKind, Err: err}
+	}
+	return l, nil
+}
