@@ -1,0 +1,39 @@
+// Command workers runs N HTTP worker processes in one SO_REUSEPORT group under
+// a supervisor that restarts them one at a time on SIGHUP, without losing a
+// connection.
+//
+// # How to run it
+//
+// As root (Enable writes net.ipv4.tcp_migrate_req=1 in your network namespace;
+// with the sysctl already 1, any user can drop the flag):
+//
+//	sudo go run ./examples/workers -addr 127.0.0.1:8080 -workers 4 -migration enable
+//
+// In another terminal:
+//
+//	while true; do curl -s http://127.0.0.1:8080/; done   # "generation 1 worker 2 pid 4242"
+//	sudo kill -HUP $(pgrep -n workers)                    # rolling restart: generation 2
+//	sudo go run ./cmd/zerodrop doctor --port 8080         # the group, its queues, the sysctl
+//
+// Ctrl-C (SIGINT) or SIGTERM stops every worker gracefully and exits.
+//
+// # How it works
+//
+// The supervisor re-executes its own binary once per worker (the worker's
+// settings travel in ZERODROP_WORKER_* variables). Each worker opens its own
+// listener with reuseport.Config.Listen, so the kernel spreads new connections
+// over the group, and tells the supervisor it is listening by closing a pipe.
+// On SIGHUP the supervisor starts a worker of the next generation, waits until
+// it listens, then sends SIGTERM to the worker it replaces, and waits for it
+// to exit before the next one: the group never shrinks.
+//
+// A worker stops in the order that loses nothing (KERNEL.md, "What Go's
+// net/http does at shutdown"): it closes its listener first, so the kernel
+// migrates the connections still in its accept queue to a sibling
+// (tcp_migrate_req=1); then it waits until every connection it had accepted has
+// had its first request read; only then does it call http.Server.Shutdown,
+// which answers the requests in flight and closes idle connections. Shutdown
+// alone would drop the request of a connection accepted just before it
+// (golang/go#65802). Package drain, when ready, does the listener part with a
+// report; this example keeps to net/http and reuseport.
+package main

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/zerodrop/zerodrop/reuseport"
+	"go.uber.org/zap"
+)
+
+// The environment a worker gets from the supervisor.
+const (
+	envSlot      = "ZERODROP_WORKER_SLOT"
+	envGen       = "ZERODROP_WORKER_GENERATION"
+	envAddr      = "ZERODROP_WORKER_ADDR"
+	envMigration = "ZERODROP_WORKER_MIGRATION"
+	envGrace     = "ZERODROP_WORKER_GRACE"
+	envWork      = "ZERODROP_WORKER_WORK"
+)
+
+func isWorker() bool { return os.Getenv(envSlot) != "" }
+
+// env is what a worker of generation gen in slot needs to know.
+func (c config) env(slot, gen int) []string {
+	return []string{
+		envSlot + "=" + strconv.Itoa(slot), envGen + "=" + strconv.Itoa(gen), envAddr + "=" + c.addr,
+		envMigration + "=" + c.migration, envGrace + "=" + c.grace.String(), envWork + "=" + c.work.String(),
+	}
+}
+
+// workerMain listens, tells the supervisor, serves until SIGTERM, and stops
+// without losing a connection.
+func workerMain() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log, err := zap.NewProduction()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer log.Sync()
+	slot, _ := strconv.Atoi(os.Getenv(envSlot))
+	gen, _ := strconv.Atoi(os.Getenv(envGen))
+	grace, err1 := time.ParseDuration(os.Getenv(envGrace))
+	work, err2 := time.ParseDuration(os.Getenv(envWork))
+	if err1 != nil || err2 != nil {
+		log.Error("bad worker environment", zap.NamedError("grace", err1), zap.NamedError("work", err2))
+		return 1
+	}
+	log = log.With(zap.Int("worker", slot), zap.Int("generation", gen), zap.Int("pid", os.Getpid()))
+
+	cfg := reuseport.Config{Migration: reuseport.MigrationRequire, Logger: log}
+	if os.Getenv(envMigration) == "enable" {
+		cfg.Migration = reuseport.MigrationEnable
+	}
+	ln, err := cfg.Listen(ctx, "tcp", os.Getenv(envAddr))
+	if err != nil {
+		log.Error("listen", zap.Error(err))
+		return 1
+	}
+	ready := os.NewFile(3, "ready")
+	fmt.Fprintln(ready, "ready")
+	ready.Close()
+
+	if err := serve(ctx, ln, handler(gen, slot, work), grace); err != nil {
+		log.Error("serve", zap.Error(err))
+		return 1
+	}
+	log.Info("stopped")
+	return 0
+}
+
+// handler answers with the worker's generation, so a client can verify from
+// outside which generation serves.
+func handler(gen, slot int, work time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if work > 0 {
+			t := time.NewTimer(work)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.Header().Set("X-Generation", strconv.Itoa(gen))
+		fmt.Fprintf(w, "generation %d worker %d pid %d\n", gen, slot, os.Getpid())
+	})
+}
+
+// serve serves HTTP on ln until ctx ends, then stops within grace: close the
+// listener (its queue migrates to the siblings), wait until every accepted
+// connection's first request has been read, then Shutdown.
+func serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
+	var fresh freshConns
+	srv := &http.Server{Handler: h, ConnState: fresh.track, ReadHeaderTimeout: grace}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err // the listener failed
+	case <-ctx.Done():
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	ln.Close()
+	<-served // Serve has returned: every connection it accepted is tracked
+	fresh.wait(stopCtx)
+	return srv.Shutdown(stopCtx)
+}
+
+// freshConns counts the accepted connections whose first request has not been
+// read yet: http.Server.Shutdown would close them unanswered (golang/go#65802).
+type freshConns struct {
+	mu  sync.Mutex
+	set map[net.Conn]bool
+}
+
+func (f *freshConns) track(c net.Conn, s http.ConnState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.set == nil {
+		f.set = map[net.Conn]bool{}
+	}
+	if s == http.StateNew {
+		f.set[c] = true
+	} else {
+		delete(f.set, c)
+	}
+}
+
+// wait returns when no fresh connection is left, or ctx ends.
+func (f *freshConns) wait(ctx context.Context) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		f.mu.Lock()
+		n := len(f.set)
+		f.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
