@@ -1,0 +1,193 @@
+package drain
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// connInfo is what the tracker knows of one connection.
+type connInfo struct {
+	remote string
+	since  time.Time
+	state  http.ConnState
+	served int // responses completed on it
+}
+
+type connKey struct{}
+
+// tracker follows every connection of an http.Server through ConnContext,
+// ConnState and a handler wrapper. Its lock is taken once per state change
+// and twice per request, never on the listener's accept path.
+type tracker struct {
+	mu       sync.Mutex
+	conns    map[net.Conn]*connInfo
+	hijacked map[net.Conn]time.Time
+	changed  chan struct{} // signalled on every change
+	draining bool
+
+	completed, keepAlive int // counted after the drain began
+	userState            func(net.Conn, http.ConnState)
+	userContext          func(context.Context, net.Conn) context.Context
+}
+
+func newTracker(hs *http.Server) *tracker {
+	return &tracker{
+		conns:       make(map[net.Conn]*connInfo),
+		hijacked:    make(map[net.Conn]time.Time),
+		changed:     make(chan struct{}, 1),
+		userState:   hs.ConnState,
+		userContext: hs.ConnContext,
+	}
+}
+
+// connContext registers a new connection and puts its info in the context.
+func (t *tracker) connContext(ctx context.Context, c net.Conn) context.Context {
+	ci := &connInfo{remote: c.RemoteAddr().String(), since: time.Now(), state: http.StateNew}
+	t.mu.Lock()
+	t.conns[c] = ci
+	t.mu.Unlock()
+	if t.userContext != nil {
+		ctx = t.userContext(ctx, c)
+		if ctx == nil {
+			return nil // net/http panics, as it would without us
+		}
+	}
+	return context.WithValue(ctx, connKey{}, ci)
+}
+
+// connState follows a connection's state, then calls the user's hook.
+func (t *tracker) connState(c net.Conn, s http.ConnState) {
+	t.mu.Lock()
+	switch s {
+	case http.StateClosed:
+		delete(t.conns, c)
+	case http.StateHijacked:
+		delete(t.conns, c)
+		t.hijacked[c] = time.Now()
+	default:
+		if ci := t.conns[c]; ci != nil {
+			ci.state = s
+		}
+	}
+	t.mu.Unlock()
+	select {
+	case t.changed <- struct{}{}:
+	default:
+	}
+	if t.userState != nil {
+		t.userState(c, s)
+	}
+}
+
+// handler counts completed responses around h.
+func (t *tracker) handler(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		ci, _ := r.Context().Value(connKey{}).(*connInfo)
+		if ci == nil {
+			return
+		}
+		t.mu.Lock()
+		if t.draining {
+			t.completed++
+			if ci.served > 0 {
+				t.keepAlive++
+			}
+		}
+		ci.served++
+		t.mu.Unlock()
+	})
+}
+
+// begin marks the drain start and returns the connections busy with a request.
+func (t *tracker) begin() (active int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.draining = true
+	for _, ci := range t.conns {
+		if ci.state == http.StateActive {
+			active++
+		}
+	}
+	return active
+}
+
+// busy counts connections that still have a request to serve: accepted but
+// not read yet (StateNew) or in a request (StateActive).
+func (t *tracker) busy() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, ci := range t.conns {
+		if ci.state == http.StateNew || ci.state == http.StateActive {
+			n++
+		}
+	}
+	return n
+}
+
+// wait returns when no connection is busy, or when ctx ends.
+func (t *tracker) wait(ctx context.Context) error {
+	for t.busy() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.changed:
+		}
+	}
+	return nil
+}
+
+// hijackedConns returns the hijacked connections that are still open.
+func (t *tracker) hijackedConns() []net.Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []net.Conn
+	for c := range t.hijacked {
+		if open(c) {
+			out = append(out, c)
+		} else {
+			delete(t.hijacked, c)
+		}
+	}
+	return out
+}
+
+// leftovers names the connections still open, hijacked ones included.
+func (t *tracker) leftovers(now time.Time) []ForcedConn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []ForcedConn
+	for _, ci := range t.conns {
+		out = append(out, ForcedConn{Remote: ci.remote, State: ci.state.String(), Age: now.Sub(ci.since)})
+	}
+	for c, at := range t.hijacked {
+		if open(c) {
+			out = append(out, ForcedConn{Remote: c.RemoteAddr().String(), State: http.StateHijacked.String(), Age: now.Sub(at)})
+		}
+	}
+	return out
+}
+
+func (t *tracker) counts() (completed, keepAlive int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.completed, t.keepAlive
+}
+
+// open reports whether c is still open (its fd can be reached).
+func open(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	return rc.Control(func(uintptr) {}) == nil
+}

@@ -1,0 +1,61 @@
+// Package drain stops a TCP listener without losing its accept queue, and
+// drains an http.Server without losing a request, with a report that accounts
+// for every queued connection.
+//
+// # How a listener stops
+//
+// Wrap takes a *net.TCPListener or a *reuseport.Listener. Its Close (which
+// http.Server.Shutdown calls) or Stop reads the accept queue (TCP_INFO), looks
+// at the reuseport group and the processes holding the socket (sock_diag and
+// /proc, as reuseport.Inspect does), and picks one method:
+//
+//   - MethodRelease: another process holds the same socket (after a handoff).
+//     We close our fd; the socket and its queue live on.
+//   - MethodMigrate: the group has siblings and net.ipv4.tcp_migrate_req=1.
+//     shutdown(SHUT_RDWR) on the listening fd moves the queue to the siblings
+//     inside the call (TcpExt.TCPMigrateReqSuccess counts them); then close.
+//   - MethodAccept: otherwise. We accept until the queue is empty, re-read its
+//     depth right before close and accept again if it grew, then close. The
+//     connections accepted are handed to Accept, so the server serves them.
+//
+// After the stop, Accept returns the connections the drain accepted, then an
+// error wrapping net.ErrClosed (never the EINVAL the kernel gives after
+// SHUT_RDWR). While serving, Accept is the wrapped listener's Accept.
+//
+// What remains lossy, and the Report says so: with MethodAccept, a connection
+// that completes its handshake between the last empty check and close, and
+// handshakes still in progress at close, are reset by the kernel; a sibling
+// with migration off keeps receiving its share of new connections until close.
+// A Steerer (an eBPF program, package reuseport/steer) closes that window.
+//
+// # The report
+//
+// Report counts the connections queued at the stop, migrated (counter delta),
+// accepted by us, left to other holders, and the remainder the kernel may have
+// reset; the method and why; and durations. Counters are namespace-wide, so
+// Estimated is set when other listeners could have moved them too.
+//
+// # HTTP
+//
+// http.Server.Shutdown drops every request it reads after it began
+// (golang/go#65802): a connection accepted a moment before, whose request was
+// not read yet, gets no reply. Server runs the phases in the order that loses
+// nothing: readiness fails (Ready answers 503), an optional Delay, keep-alives
+// off (idle connections closed at once; later responses say Connection:
+// close), the lossless listener stop, a callback for hijacked connections,
+// serving every accepted connection's pending request, and only then
+// http.Server.Shutdown. At the deadline, what is left is closed and named in
+// the report. HTTP/2 connections get their GOAWAY from http.Server.Shutdown.
+//
+// The package never installs signal handlers or exits; see the examples for
+// the signal wiring.
+//
+// # Kernel requirements
+//
+// Linux. Migration needs 5.14 (net.ipv4.tcp_migrate_req); the other methods
+// work on any kernel with sock_diag (3.3). Seeing which processes hold a socket
+// needs the same UID or CAP_SYS_PTRACE; without it, MethodRelease cannot be
+// detected and the drain accepts instead (which loses nothing). MPTCP listeners
+// (Go's default for net.Listen since 1.24) are refused: use
+// net.ListenConfig.SetMultipathTCP(false) or reuseport.Listen.
+package drain

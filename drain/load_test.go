@@ -1,0 +1,204 @@
+package drain_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/reuseport"
+)
+
+const envWorkerAddr = "DRAIN_TEST_ADDR"
+
+// workerMain is a worker process: it joins the group on $DRAIN_TEST_ADDR,
+// says "ready", serves until SIGTERM, drains, prints its report as JSON.
+func workerMain() {
+	cfg := reuseport.Config{Migration: reuseport.MigrationIgnore}
+	l, err := cfg.Listen(context.Background(), "tcp4", os.Getenv(envWorkerAddr))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	srv := &drain.Server{HTTP: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(time.Millisecond) // some work
+		io.WriteString(w, "ok\n")
+	})}}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	fmt.Println("ready")
+	<-sig
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rep, err := srv.Shutdown(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker shutdown:", err)
+	}
+	json.NewEncoder(os.Stdout).Encode(rep)
+	<-served
+}
+
+type worker struct {
+	p   *netnstest.Proc
+	out *bufio.Reader
+}
+
+func startWorker(t *testing.T, addr string) *worker {
+	t.Helper()
+	p := netnstest.StartHelper(t, "worker", netnstest.HelperOptions{Env: []string{envWorkerAddr + "=" + addr}})
+	w := &worker{p: p, out: bufio.NewReader(p.Stdout)}
+	if line := w.line(t); line != "ready" {
+		t.Fatalf("worker said %q", line)
+	}
+	return w
+}
+
+func (w *worker) line(t *testing.T) string {
+	t.Helper()
+	w.p.Stdout.SetReadDeadline(time.Now().Add(20 * time.Second))
+	s, err := w.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("worker output: %q, %v", s, err)
+	}
+	return strings.TrimSpace(s)
+}
+
+// drain stops the worker and returns its report.
+func (w *worker) drain(t *testing.T) *drain.Report {
+	t.Helper()
+	if err := w.p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var rep drain.Report
+	if err := json.Unmarshal([]byte(w.line(t)), &rep); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.p.Wait(ctx); err != nil {
+		t.Fatalf("worker exit: %v", err)
+	}
+	return &rep
+}
+
+// loadClient sends requests, one new connection each, until stop closes.
+type loadClient struct {
+	ok, failed atomic.Int64
+	mu         sync.Mutex
+	errs       map[string]int
+}
+
+func (lc *loadClient) run(addr string, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if err := oneRequest(addr); err != nil {
+			lc.failed.Add(1)
+			lc.mu.Lock()
+			lc.errs[netnstest.Classify(err).String()+": "+err.Error()]++
+			lc.mu.Unlock()
+		} else {
+			lc.ok.Add(1)
+		}
+	}
+}
+
+// oneRequest never retries: dial, send, read the whole response.
+func oneRequest(addr string) error {
+	c, err := net.DialTimeout("tcp4", addr, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(request("/")); err != nil {
+		return err
+	}
+	resp, body, err := readResponse(c, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 || body != "ok\n" {
+		return fmt.Errorf("status %d body %q", resp.StatusCode, body)
+	}
+	return nil
+}
+
+// TestRollingUnderLoad: two worker processes, closed-loop clients opening a
+// new connection per request for 5 s, one worker drained and replaced every
+// 250 ms. With migration on, no request fails. With it off, the window between
+// the last empty check and close remains; it is measured, not asserted.
+func TestRollingUnderLoad(t *testing.T) {
+	for _, migrate := range []int{1, 0} {
+		t.Run(fmt.Sprintf("migrate=%d", migrate), func(t *testing.T) {
+			netnstest.Run(t, netnstest.Options{MigrateReq: migrate}, func(t *testing.T) {
+				rollingUnderLoad(t, migrate == 1)
+			})
+		})
+	}
+}
+
+func rollingUnderLoad(t *testing.T, migrate bool) {
+	l := listenTCP(t, "127.0.0.1:0") // reserve a port number
+	addr := l.Addr().String()
+	l.Close()
+	workers := []*worker{startWorker(t, addr), startWorker(t, addr)}
+	lc := &loadClient{errs: map[string]int{}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() { defer wg.Done(); lc.run(addr, stop) }()
+	}
+	var total drain.Report
+	rolls := 0
+	start := time.Now()
+	tick := time.NewTicker(250 * time.Millisecond)
+	for time.Since(start) < 5*time.Second {
+		<-tick.C
+		next := startWorker(t, addr)
+		rep := workers[0].drain(t)
+		workers = append(workers[1:], next)
+		rolls++
+		total.QueuedAtStop += rep.QueuedAtStop
+		total.Migrated += rep.Migrated
+		total.Accepted += rep.Accepted
+		total.Remainder += rep.Remainder
+		if rep.Method != map[bool]drain.Method{true: drain.MethodMigrate, false: drain.MethodAccept}[migrate] {
+			t.Errorf("roll %d: method %s (%s)", rolls, rep.Method, rep.Why)
+		}
+	}
+	tick.Stop()
+	close(stop)
+	wg.Wait()
+	for _, w := range workers {
+		w.drain(t)
+	}
+	t.Logf("migrate=%v: %d rolls in %v, %d requests ok, %d failed %v; reports: queued %d migrated %d accepted %d remainder %d",
+		migrate, rolls, time.Since(start).Round(time.Millisecond), lc.ok.Load(), lc.failed.Load(), lc.errs,
+		total.QueuedAtStop, total.Migrated, total.Accepted, total.Remainder)
+	if rolls < 10 || lc.ok.Load() < 1000 {
+		t.Errorf("too little exercised: %d rolls, %d requests", rolls, lc.ok.Load())
+	}
+	if migrate && lc.failed.Load() != 0 {
+		t.Errorf("%d requests failed with migration on, want 0: %v", lc.failed.Load(), lc.errs)
+	}
+}

@@ -1,0 +1,107 @@
+package drain
+
+import (
+	"net/netip"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Method is how a listener was stopped.
+type Method string
+
+// The methods, chosen in this order.
+const (
+	// MethodRelease: other processes hold the same socket (after a handoff);
+	// we closed our fd and the socket keeps listening, queue included.
+	MethodRelease Method = "release"
+	// MethodMigrate: siblings in the reuseport group and
+	// net.ipv4.tcp_migrate_req=1; shutdown(SHUT_RDWR) moved the queue to them.
+	MethodMigrate Method = "migrate"
+	// MethodAccept: no sibling or no migration; we accepted until the queue
+	// was empty, handed the connections to Accept, then closed.
+	MethodAccept Method = "accept"
+)
+
+// Report accounts for every connection queued when a listener stopped. It
+// marshals to JSON. Counter figures (Migrated, MigrateFailed, OutRsts) are
+// deltas of namespace-wide kernel counters; Estimated says when other
+// listeners could have moved them too.
+type Report struct {
+	Addr   string `json:"addr"`
+	Method Method `json:"method"`
+	Why    string `json:"why"` // what made the method the right one
+
+	Siblings     int   `json:"siblings"`                // other members of the reuseport group
+	OtherHolders []int `json:"other_holders,omitempty"` // other PIDs holding our socket
+	Migration    bool  `json:"migration"`               // net.ipv4.tcp_migrate_req was on
+	Steered      bool  `json:"steered"`                 // the Steerer accepted MarkDraining
+
+	QueuedAtStop  int `json:"queued_at_stop"` // accept-queue length when the stop began (TCP_INFO)
+	Migrated      int `json:"migrated"`       // TcpExt.TCPMigrateReqSuccess delta
+	MigrateFailed int `json:"migrate_failed"` // TcpExt.TCPMigrateReqFailure delta
+	Accepted      int `json:"accepted"`       // accepted by this process during the stop
+	LeftQueued    int `json:"left_queued"`    // left to the other holders (MethodRelease)
+	QueueAtClose  int `json:"queue_at_close"` // queue length read right before close (MethodAccept)
+	// Remainder is the queued connections not accounted for above: the kernel
+	// may have reset them. With MethodAccept it is QueueAtClose.
+	Remainder int `json:"remainder"`
+	OutRsts   int `json:"out_rsts"` // Tcp.OutRsts delta during the stop
+
+	Estimated    bool   `json:"estimated"` // counter figures may include other listeners' events
+	EstimateNote string `json:"estimate_note,omitempty"`
+
+	Started     time.Time     `json:"started"`
+	InspectTook time.Duration `json:"inspect_ns"` // reading the group and its holders
+	DrainTook   time.Duration `json:"drain_ns"`   // applying the method, close included
+	Took        time.Duration `json:"took_ns"`    // the whole stop
+
+	Errors []string `json:"errors,omitempty"` // problems met; the stop went on
+
+	// HTTP is filled by Server.Shutdown.
+	HTTP *HTTPReport `json:"http,omitempty"`
+}
+
+// finish computes Remainder and Took.
+func (r *Report) finish() {
+	switch r.Method {
+	case MethodAccept:
+		r.Remainder = r.QueueAtClose
+	case MethodMigrate:
+		r.Remainder = max(0, r.QueuedAtStop-r.Migrated-r.Accepted)
+	default:
+		r.Remainder = 0
+	}
+	r.Took = time.Since(r.Started)
+}
+
+// log writes the report once, as one structured line.
+func (r *Report) log(log *zap.Logger) {
+	if r == nil || log == nil {
+		return
+	}
+	fields := []zap.Field{
+		zap.String("addr", r.Addr), zap.String("method", string(r.Method)), zap.String("why", r.Why),
+		zap.Int("queued_at_stop", r.QueuedAtStop), zap.Int("migrated", r.Migrated),
+		zap.Int("accepted", r.Accepted), zap.Int("left_queued", r.LeftQueued), zap.Int("remainder", r.Remainder),
+		zap.Int("out_rsts", r.OutRsts), zap.Bool("estimated", r.Estimated), zap.Duration("took", r.Took),
+	}
+	if len(r.Errors) > 0 {
+		fields = append(fields, zap.Strings("errors", r.Errors))
+	}
+	if h := r.HTTP; h != nil {
+		fields = append(fields, zap.Int("in_flight_at_start", h.InFlightAtStart), zap.Int("completed", h.Completed),
+			zap.Int("keepalive_responses", h.KeepAliveResponses), zap.Int("forced", len(h.Forced)),
+			zap.Int("hijacked_notified", h.HijackedNotified), zap.Duration("http_took", h.Took))
+	}
+	if r.Remainder > 0 || (r.HTTP != nil && len(r.HTTP.Forced) > 0) {
+		log.Warn("drained with losses", fields...)
+		return
+	}
+	log.Info("drained", fields...)
+}
+
+// netipString formats an address the way reuseport.Inspect parses it.
+func netipString(ap netip.AddrPort) string {
+	return netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port()).String()
+}

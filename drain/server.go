@@ -1,0 +1,225 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Server drains an *http.Server without losing a request that
+// http.Server.Shutdown alone would drop (golang/go#65802: once Shutdown has
+// begun, a request read afterwards is dropped without a reply).
+//
+// Serve installs hooks on HTTP (ConnContext, ConnState and Handler are
+// wrapped, the originals still run): set those fields before Serve and do not
+// change them afterwards. One Server serves one listener.
+type Server struct {
+	// HTTP is the server to drain. Required.
+	HTTP *http.Server
+	// Delay is how long Shutdown keeps serving after readiness fails, so load
+	// balancers and Kubernetes endpoints notice. Zero means no delay.
+	Delay time.Duration
+	// Hijacked, if set, is called once for every hijacked connection (for
+	// example a WebSocket) still open when the listener has stopped, so its
+	// owner closes it before the deadline. It must not block. Connections
+	// still open at the deadline are closed and named in the report.
+	Hijacked func(net.Conn)
+	// Listener configures the Listener Serve wraps a plain listener in. Its
+	// Logger is ignored: the Server logs the whole report once.
+	Listener Options
+	// Logger receives the report once per Shutdown; nil means no logging.
+	Logger *zap.Logger
+
+	setup    sync.Once
+	t        *tracker
+	draining atomic.Bool
+	mu       sync.Mutex
+	l        *Listener
+	served   chan struct{} // closed when HTTP.Serve has returned
+}
+
+// HTTPReport is what Server.Shutdown did to the HTTP connections.
+type HTTPReport struct {
+	InFlightAtStart    int           `json:"in_flight_at_start"`  // connections inside a request when the drain began
+	Completed          int           `json:"completed"`           // responses completed after the drain began
+	KeepAliveResponses int           `json:"keepalive_responses"` // of those, on connections that had served a request before
+	HijackedNotified   int           `json:"hijacked_notified"`   // hijacked connections given to the Hijacked callback
+	Forced             []ForcedConn  `json:"forced,omitempty"`    // connections closed at the deadline
+	ForcedRequests     int           `json:"forced_requests"`     // of those, inside a request
+	DelayTook          time.Duration `json:"delay_ns"`
+	StopTook           time.Duration `json:"stop_ns"` // the listener stop, until Accept took every drained connection
+	WaitTook           time.Duration `json:"wait_ns"` // serving the connections accepted before the stop
+	Took               time.Duration `json:"took_ns"` // the whole Shutdown
+}
+
+// ForcedConn is a connection closed at the deadline.
+type ForcedConn struct {
+	Remote string        `json:"remote"`
+	State  string        `json:"state"` // http.ConnState when closed
+	Age    time.Duration `json:"age_ns"`
+}
+
+// Ready returns a readiness handler: 200 while serving, 503 once Shutdown has
+// begun.
+func (s *Server) Ready() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if s.draining.Load() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+}
+
+// Serve serves HTTP on l, wrapped by Wrap unless it is a *Listener already; it
+// takes ownership of l. Like http.Server.Serve it returns
+// http.ErrServerClosed after Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	dl, ok := l.(*Listener)
+	if !ok {
+		opts := s.Listener
+		opts.Logger = nil
+		var err error
+		if dl, err = Wrap(l, opts); err != nil {
+			l.Close()
+			return err
+		}
+	}
+	s.install()
+	s.mu.Lock()
+	if s.l != nil || s.draining.Load() {
+		s.mu.Unlock()
+		dl.Close()
+		if s.draining.Load() {
+			return http.ErrServerClosed
+		}
+		return &net.OpError{Op: "serve", Net: "tcp", Addr: dl.Addr(), Err: errors.New("drain.Server serves one listener")}
+	}
+	s.l = dl
+	s.served = make(chan struct{})
+	s.mu.Unlock()
+	err := s.HTTP.Serve(dl)
+	close(s.served)
+	if s.draining.Load() && errors.Is(err, net.ErrClosed) {
+		return http.ErrServerClosed
+	}
+	return err
+}
+
+// install wraps the server's hooks, once.
+func (s *Server) install() {
+	s.setup.Do(func() {
+		hs := s.HTTP
+		s.t = newTracker(hs)
+		h := hs.Handler
+		if h == nil {
+			h = http.DefaultServeMux
+		}
+		hs.Handler = s.t.handler(h)
+		hs.ConnState = s.t.connState
+		hs.ConnContext = s.t.connContext
+	})
+}
+
+// Shutdown drains the server, each phase bounded by ctx: readiness fails;
+// Delay; keep-alives off (idle connections closed, every later response says
+// Connection: close); the listener stops without losing its queue; Hijacked
+// is called; every accepted connection's pending request is served; then
+// http.Server.Shutdown. When ctx ends first, what is left is closed and named
+// in the report, and the error wraps ctx.Err(). The report is logged once.
+func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
+	start := time.Now()
+	s.draining.Store(true)
+	s.install()
+	h := &HTTPReport{InFlightAtStart: s.t.begin()}
+	errs := []error{s.delay(ctx)}
+	h.DelayTook = time.Since(start)
+
+	s.HTTP.SetKeepAlivesEnabled(false)
+	t0 := time.Now()
+	r, err := s.stopListener(ctx)
+	errs = append(errs, err)
+	h.StopTook = time.Since(t0)
+	for _, c := range s.t.hijackedConns() {
+		if s.Hijacked != nil {
+			s.Hijacked(c)
+			h.HijackedNotified++
+		}
+	}
+	t0 = time.Now()
+	errs = append(errs, s.t.wait(ctx))
+	h.WaitTook = time.Since(t0)
+	if err := s.HTTP.Shutdown(ctx); err != nil {
+		s.force(h)
+		errs = append(errs, err)
+	}
+	h.Completed, h.KeepAliveResponses = s.t.counts()
+	h.Took = time.Since(start)
+	r.HTTP = h
+	r.log(s.Logger)
+	return r, firstError(errs)
+}
+
+func (s *Server) delay(ctx context.Context) error {
+	if s.Delay <= 0 {
+		return nil
+	}
+	tm := time.NewTimer(s.Delay)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Server) stopListener(ctx context.Context) (*Report, error) {
+	s.mu.Lock()
+	l, served := s.l, s.served
+	s.mu.Unlock()
+	if l == nil {
+		return &Report{Started: time.Now()}, nil
+	}
+	r, err := l.Stop(ctx)
+	if err != nil {
+		return r, err
+	}
+	// Once the accept loop has returned, every accepted connection is
+	// registered (ConnContext runs before the next Accept).
+	select {
+	case <-served:
+		return r, nil
+	case <-ctx.Done():
+		return r, ctx.Err()
+	}
+}
+
+// force closes every connection left, hijacked ones included, naming them.
+func (s *Server) force(h *HTTPReport) {
+	h.Forced = s.t.leftovers(time.Now())
+	for _, f := range h.Forced {
+		if f.State == http.StateActive.String() {
+			h.ForcedRequests++
+		}
+	}
+	s.HTTP.Close()
+	for _, c := range s.t.hijackedConns() {
+		c.Close()
+	}
+}
+
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,233 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/sockdiag"
+	"github.com/zerodrop/zerodrop/reuseport"
+	"golang.org/x/sys/unix"
+)
+
+// maxDrainAccepts bounds the accept-until-empty loop in count; ctx bounds it
+// in time.
+const maxDrainAccepts = 1 << 16
+
+// stop runs the stop once; concurrent callers wait for the first.
+func (l *Listener) stop(ctx context.Context) {
+	l.once.Do(func() {
+		l.stopping.Store(true)
+		r, err := l.run(ctx)
+		l.report, l.err = r, err
+		close(l.done)
+		l.mu.Lock()
+		l.checkTakenLocked()
+		l.mu.Unlock()
+		l.signal()
+		r.log(l.opts.Logger)
+	})
+}
+
+// run chooses the method, applies it and closes the socket in every case.
+func (l *Listener) run(ctx context.Context) (*Report, error) {
+	r := &Report{Addr: l.tl.Addr().String(), Started: time.Now()}
+	if s := l.opts.Steerer; s != nil {
+		if err := s.MarkDraining(l.tl); err != nil {
+			r.Errors = append(r.Errors, "mark draining: "+err.Error())
+		} else {
+			r.Steered = true
+		}
+	}
+	q, err := reuseport.ReadQueue(l.tl)
+	if err != nil {
+		l.tl.Close()
+		r.Took = time.Since(r.Started)
+		return r, l.opError(err)
+	}
+	r.QueuedAtStop = int(q.Len)
+	l.look(ctx, r)
+	drainStart := time.Now()
+	switch {
+	case len(r.OtherHolders) > 0:
+		r.Method, r.Why = MethodRelease, fmt.Sprintf("processes %v hold the same socket: it keeps listening", r.OtherHolders)
+		err = l.release(r)
+	case r.Siblings > 0 && r.Migration:
+		r.Method, r.Why = MethodMigrate, fmt.Sprintf("%d siblings and net.ipv4.tcp_migrate_req=1", r.Siblings)
+		err = l.migrate(r)
+	default:
+		r.Method, r.Why = MethodAccept, acceptWhy(r)
+		err = l.acceptUntilEmpty(ctx, r)
+	}
+	r.Accepted += int(l.accepted.Load())
+	r.DrainTook = time.Since(drainStart)
+	r.finish()
+	if err != nil {
+		r.Errors = append(r.Errors, err.Error())
+		return r, l.opError(err)
+	}
+	return r, nil
+}
+
+func acceptWhy(r *Report) string {
+	switch {
+	case r.Siblings == 0:
+		return "no sibling in the reuseport group"
+	default:
+		return fmt.Sprintf("%d siblings but net.ipv4.tcp_migrate_req=0", r.Siblings)
+	}
+}
+
+func (l *Listener) opError(err error) error {
+	return &net.OpError{Op: "drain", Net: "tcp", Addr: l.tl.Addr(), Err: err}
+}
+
+// look fills what the kernel shows: siblings, other holders of our socket,
+// the migration sysctl and how many other listeners move the same counters.
+// Failures are recorded; the safe default is accept-until-empty.
+func (l *Listener) look(ctx context.Context, r *Report) {
+	t0 := time.Now()
+	defer func() { r.InspectTook = time.Since(t0) }()
+	var ino uint64
+	var reuse int
+	err := control(l.tl, func(fd int) error {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return os.NewSyscallError("fstat", err)
+		}
+		ino = st.Ino
+		var err error
+		reuse, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT)
+		return os.NewSyscallError("getsockopt SO_REUSEPORT", err)
+	})
+	if err != nil {
+		r.Errors = append(r.Errors, err.Error())
+		return
+	}
+	if on, err := reuseport.MigrationEnabled(); err == nil {
+		r.Migration = on
+	} else {
+		r.Errors = append(r.Errors, err.Error())
+	}
+	ap := l.tl.Addr().(*net.TCPAddr).AddrPort()
+	g, err := reuseport.Inspect(ctx, netipString(ap))
+	if err != nil {
+		r.Errors = append(r.Errors, err.Error())
+		return
+	}
+	for _, m := range g.Members {
+		if m.Inode != ino {
+			if reuse != 0 {
+				r.Siblings++
+			}
+			continue
+		}
+		for _, p := range m.Processes {
+			if p.PID != os.Getpid() {
+				r.OtherHolders = append(r.OtherHolders, p.PID)
+			}
+		}
+	}
+	if all, err := sockdiag.Listeners(0); err == nil && len(all) > 1 {
+		r.Estimated = true
+		r.EstimateNote = fmt.Sprintf("%d other listeners in this network namespace move the same counters", len(all)-1)
+	}
+}
+
+// release closes our fd of a socket other processes still hold.
+func (l *Listener) release(r *Report) error {
+	r.LeftQueued = r.QueuedAtStop
+	return closeListener(l.tl)
+}
+
+// migrate shuts the socket down, which moves its queue to siblings inside the
+// call, and reads the counters around it.
+func (l *Listener) migrate(r *Report) error {
+	before, cerr := reuseport.ReadCounters()
+	err := control(l.tl, func(fd int) error {
+		return os.NewSyscallError("shutdown", unix.Shutdown(fd, unix.SHUT_RDWR))
+	})
+	after, cerr2 := reuseport.ReadCounters()
+	if cerr == nil && cerr2 == nil {
+		d := after.Sub(before)
+		r.Migrated, r.MigrateFailed, r.OutRsts = int(d.MigrateReqSuccess), int(d.MigrateReqFailure), int(d.OutRsts)
+	} else {
+		r.Errors = append(r.Errors, "counters: "+errors.Join(cerr, cerr2).Error())
+	}
+	return errors.Join(err, closeListener(l.tl))
+}
+
+// acceptUntilEmpty accepts until the queue is empty, re-reading its depth
+// right before the close, and hands every connection to Accept.
+func (l *Listener) acceptUntilEmpty(ctx context.Context, r *Report) error {
+	before, cerr := reuseport.ReadCounters()
+	var err error
+	for i := 0; ; i++ {
+		if i >= maxDrainAccepts || ctx.Err() != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("accept-until-empty stopped after %d accepts: %v", i, ctx.Err()))
+			break
+		}
+		var c net.Conn
+		c, err = l.acceptOne()
+		if err == nil {
+			l.push(c)
+			r.Accepted++
+			continue
+		}
+		if errors.Is(err, unix.ECONNABORTED) {
+			continue
+		}
+		if !errors.Is(err, unix.EAGAIN) {
+			break
+		}
+		q, qerr := reuseport.ReadQueue(l.tl)
+		if qerr != nil {
+			err = qerr
+			break
+		}
+		if err = nil; q.Len == 0 {
+			break
+		}
+	}
+	if q, qerr := reuseport.ReadQueue(l.tl); qerr == nil {
+		r.QueueAtClose = int(q.Len)
+	}
+	err = errors.Join(err, closeListener(l.tl))
+	if after, cerr2 := reuseport.ReadCounters(); cerr == nil && cerr2 == nil {
+		d := after.Sub(before)
+		r.MigrateFailed, r.OutRsts = int(d.MigrateReqFailure), int(d.OutRsts)
+	}
+	return err
+}
+
+// acceptOne accepts one connection without waiting (EAGAIN when the queue is
+// empty). The caller owns the connection.
+func (l *Listener) acceptOne() (net.Conn, error) {
+	nfd := -1
+	err := control(l.tl, func(fd int) error {
+		var err error
+		nfd, _, err = unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		if err != nil {
+			return os.NewSyscallError("accept4", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(nfd), "drain")
+	c, err := net.FileConn(f)
+	f.Close()
+	return c, err
+}
+
+// closeListener closes tl; an already closed listener is not an error.
+func closeListener(tl *net.TCPListener) error {
+	if err := tl.Close(); err != nil && !isClosed(err) {
+		return err
+	}
+	return nil
+}
