@@ -24,9 +24,13 @@ import (
 
 const envWorkerAddr = "DRAIN_TEST_ADDR"
 
-// workerMain is a worker process: it joins the group on $DRAIN_TEST_ADDR,
-// says "ready", serves until SIGTERM, drains, prints its report as JSON.
+// workerMain is a worker process: it waits for a line on stdin, joins the
+// group on $DRAIN_TEST_ADDR, says "ready", serves until SIGTERM, drains and
+// prints its report as JSON.
 func workerMain() {
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		os.Exit(0) // the test ended before it needed us
+	}
 	cfg := reuseport.Config{Migration: reuseport.MigrationIgnore}
 	l, err := cfg.Listen(context.Background(), "tcp4", os.Getenv(envWorkerAddr))
 	if err != nil {
@@ -53,15 +57,33 @@ func workerMain() {
 	<-served
 }
 
+// worker is a worker process, started ahead of time and told to listen later
+// (a race-instrumented binary takes long to start on a loaded machine).
 type worker struct {
-	p   *netnstest.Proc
-	out *bufio.Reader
+	p     *netnstest.Proc
+	out   *bufio.Reader
+	start *os.File // write end of its stdin
 }
 
-func startWorker(t *testing.T, addr string) *worker {
+func spawnWorker(t *testing.T, addr string) *worker {
 	t.Helper()
-	p := netnstest.StartHelper(t, "worker", netnstest.HelperOptions{Env: []string{envWorkerAddr + "=" + addr}})
-	w := &worker{p: p, out: bufio.NewReader(p.Stdout)}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := netnstest.StartHelper(t, "worker", netnstest.HelperOptions{Stdin: r,
+		Env: []string{envWorkerAddr + "=" + addr, "GORACE=atexit_sleep_ms=0"}})
+	r.Close()
+	t.Cleanup(func() { w.Close() })
+	return &worker{p: p, out: bufio.NewReader(p.Stdout), start: w}
+}
+
+// listen tells the worker to join the group and waits until it serves.
+func (w *worker) listen(t *testing.T) *worker {
+	t.Helper()
+	if _, err := w.start.WriteString("listen\n"); err != nil {
+		t.Fatal(err)
+	}
 	if line := w.line(t); line != "ready" {
 		t.Fatalf("worker said %q", line)
 	}
@@ -160,7 +182,8 @@ func rollingUnderLoad(t *testing.T, migrate bool) {
 	l := listenTCP(t, "127.0.0.1:0") // reserve a port number
 	addr := l.Addr().String()
 	l.Close()
-	workers := []*worker{startWorker(t, addr), startWorker(t, addr)}
+	workers := []*worker{spawnWorker(t, addr).listen(t), spawnWorker(t, addr).listen(t)}
+	spares := []*worker{spawnWorker(t, addr), spawnWorker(t, addr)}
 	lc := &loadClient{errs: map[string]int{}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -174,7 +197,9 @@ func rollingUnderLoad(t *testing.T, migrate bool) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	for time.Since(start) < 5*time.Second {
 		<-tick.C
-		next := startWorker(t, addr)
+		spares = append(spares, spawnWorker(t, addr))
+		next := spares[0].listen(t)
+		spares = spares[1:]
 		rep := workers[0].drain(t)
 		workers = append(workers[1:], next)
 		rolls++
@@ -191,6 +216,9 @@ func rollingUnderLoad(t *testing.T, migrate bool) {
 	wg.Wait()
 	for _, w := range workers {
 		w.drain(t)
+	}
+	for _, w := range spares {
+		w.start.Close() // it exits without listening
 	}
 	t.Logf("migrate=%v: %d rolls in %v, %d requests ok, %d failed %v; reports: queued %d migrated %d accepted %d remainder %d",
 		migrate, rolls, time.Since(start).Round(time.Millisecond), lc.ok.Load(), lc.failed.Load(), lc.errs,

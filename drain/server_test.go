@@ -1,0 +1,376 @@
+package drain_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+)
+
+// waitDraining waits until the readiness handler answers 503.
+func waitDraining(t *testing.T, ds *drain.Server) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for readiness(ds) != http.StatusServiceUnavailable {
+		if time.Now().After(deadline) {
+			t.Fatal("readiness never failed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func readiness(ds *drain.Server) int {
+	rec := httptest.NewRecorder()
+	ds.Ready().ServeHTTP(rec, httptest.NewRequest("GET", "/ready", nil))
+	return rec.Code
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestShutdownTrap: connections accepted before the drain whose request bytes
+// arrive just after it began. http.Server.Shutdown drops every one of them
+// (golang/go#65802); drain.Server answers every one, with Connection: close.
+func TestShutdownTrap(t *testing.T) {
+	for _, plain := range []bool{true, false} {
+		t.Run(map[bool]string{true: "http.Server", false: "drain.Server"}[plain], func(t *testing.T) {
+			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+				shutdownTrap(t, plain)
+			})
+		})
+	}
+}
+
+func shutdownTrap(t *testing.T, plain bool) {
+	const n = 10
+	tl := listenTCP(t, "127.0.0.1:0")
+	var fresh atomic.Int32
+	hs := &http.Server{Handler: named("A"), ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			fresh.Add(1)
+		}
+	}}
+	ds := &drain.Server{HTTP: hs}
+	began := make(chan struct{})
+	hs.RegisterOnShutdown(func() { close(began) })
+	wait := serve(t, func() error {
+		if plain {
+			return hs.Serve(tl)
+		}
+		return ds.Serve(tl)
+	})
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		conns[i] = dial(t, tl.Addr().String())
+	}
+	for deadline := time.Now().Add(5 * time.Second); fresh.Load() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d connections accepted", fresh.Load(), n)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan *drain.Report, 1)
+	go func() {
+		var rep *drain.Report
+		var err error
+		if plain {
+			err = hs.Shutdown(ctx)
+		} else {
+			rep, err = ds.Shutdown(ctx)
+		}
+		if err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		done <- rep
+	}()
+	if plain {
+		<-began
+	} else {
+		waitDraining(t, ds)
+	}
+	answered := 0
+	for _, c := range conns {
+		if _, err := c.Write(request("/late")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range conns {
+		resp, _, err := readResponse(c, 5*time.Second)
+		switch {
+		case err == nil && resp.StatusCode == 200 && resp.Close:
+			answered++
+		case err == nil:
+			t.Errorf("reply %s, close=%v", resp.Status, resp.Close)
+		case plain && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF):
+			t.Errorf("plain Shutdown: %v, want EOF", err)
+		}
+	}
+	rep := <-done
+	wait()
+	if plain && answered != 0 {
+		t.Errorf("plain Shutdown answered %d of %d late requests; Go should drop them all", answered, n)
+	}
+	if !plain && (answered != n || rep.HTTP.Completed != n || len(rep.HTTP.Forced) != 0) {
+		t.Errorf("drain.Server answered %d of %d (report completed %d, forced %v)", answered, n, rep.HTTP.Completed, rep.HTTP.Forced)
+	}
+}
+
+// phase is one drain.Server on a fresh listener with a handler under test.
+type phase struct {
+	ds      *drain.Server
+	addr    string
+	wait    func() error
+	entered chan string   // the handler says it runs
+	release chan struct{} // closed by the test to let it finish
+}
+
+func newPhase(t *testing.T, extra func(p *phase, mux *http.ServeMux)) *phase {
+	t.Helper()
+	tl := listenTCP(t, "127.0.0.1:0")
+	p := &phase{addr: tl.Addr().String(), entered: make(chan string, 4), release: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-p.release:
+		default:
+			close(p.release)
+		}
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/", named("A"))
+	mux.HandleFunc("/block", func(w http.ResponseWriter, r *http.Request) {
+		p.entered <- r.URL.Path
+		select {
+		case <-p.release:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "done\n")
+	})
+	if extra != nil {
+		extra(p, mux)
+	}
+	p.ds = &drain.Server{HTTP: &http.Server{Handler: mux}}
+	p.wait = serve(t, func() error { return p.ds.Serve(tl) })
+	return p
+}
+
+func (p *phase) awaitHandler(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler not entered")
+	}
+}
+
+// shutdown runs Shutdown in the background.
+func (p *phase) shutdown(ctx context.Context) <-chan result {
+	out := make(chan result, 1)
+	go func() {
+		rep, err := p.ds.Shutdown(ctx)
+		out <- result{rep, err}
+	}()
+	return out
+}
+
+type result struct {
+	rep *drain.Report
+	err error
+}
+
+func keepAliveRequest(path string) []byte {
+	return []byte("GET " + path + " HTTP/1.1\r\nHost: test\r\n\r\n")
+}
+
+// TestSlowRequestCompletes: a request in flight when the drain begins gets
+// its full response (with Connection: close) and is counted.
+func TestSlowRequestCompletes(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		p := newPhase(t, nil)
+		c := dial(t, p.addr)
+		c.Write(keepAliveRequest("/block"))
+		p.awaitHandler(t)
+		res := p.shutdown(context.Background())
+		waitDraining(t, p.ds)
+		close(p.release)
+		resp, body, err := readResponse(c, 5*time.Second)
+		if err != nil || resp.StatusCode != 200 || body != "done\n" || !resp.Close {
+			t.Fatalf("slow request: %v %v %q", resp, err, body)
+		}
+		r := <-res
+		if r.err != nil || r.rep.HTTP.InFlightAtStart != 1 || r.rep.HTTP.Completed != 1 || len(r.rep.HTTP.Forced) != 0 {
+			t.Errorf("report %+v, err %v; want 1 in flight, 1 completed, none forced", r.rep.HTTP, r.err)
+		}
+		p.wait()
+	})
+}
+
+// TestIdleKeepAliveClosed: an idle keep-alive connection is closed as soon as
+// the drain begins, while another request is still in flight.
+func TestIdleKeepAliveClosed(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		p := newPhase(t, nil)
+		idle := dial(t, p.addr)
+		idle.Write(keepAliveRequest("/"))
+		if resp, _, err := readResponse(idle, 5*time.Second); err != nil || resp.Close {
+			t.Fatalf("first request: %v, %v", resp, err)
+		}
+		busy := dial(t, p.addr)
+		busy.Write(request("/block"))
+		p.awaitHandler(t)
+		res := p.shutdown(context.Background())
+		idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := idle.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+			t.Errorf("idle connection: read %d, %v; want EOF while the other request runs", n, err)
+		}
+		close(p.release)
+		if _, _, err := readResponse(busy, 5*time.Second); err != nil {
+			t.Error(err)
+		}
+		if r := <-res; r.err != nil || len(r.rep.HTTP.Forced) != 0 {
+			t.Errorf("shutdown %v, forced %v", r.err, r.rep.HTTP.Forced)
+		}
+		p.wait()
+	})
+}
+
+// TestSecondRequestDuringDrain: a keep-alive connection's second request,
+// running when the drain begins, is answered once with Connection: close and
+// counted as a response on an old keep-alive connection.
+func TestSecondRequestDuringDrain(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		p := newPhase(t, nil)
+		c := dial(t, p.addr)
+		c.Write(keepAliveRequest("/"))
+		if resp, _, err := readResponse(c, 5*time.Second); err != nil || resp.Close {
+			t.Fatalf("first request: %v, %v", resp, err)
+		}
+		c.Write(keepAliveRequest("/block"))
+		p.awaitHandler(t)
+		res := p.shutdown(context.Background())
+		waitDraining(t, p.ds)
+		close(p.release)
+		resp, body, err := readResponse(c, 5*time.Second)
+		if err != nil || resp.StatusCode != 200 || body != "done\n" || !resp.Close {
+			t.Fatalf("second request: %v %v %q, want 200 with Connection: close", resp, err, body)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+			t.Errorf("after the second response: %d, %v; want EOF", n, err)
+		}
+		r := <-res
+		if h := r.rep.HTTP; r.err != nil || h.KeepAliveResponses != 1 || h.Completed != 1 || h.InFlightAtStart != 1 {
+			t.Errorf("report %+v, err %v; want 1 keep-alive response, 1 completed, 1 in flight", h, r.err)
+		}
+		p.wait()
+	})
+}
+
+// TestDeadlineForcesClose: a request longer than the deadline is closed and
+// named in the report.
+func TestDeadlineForcesClose(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		p := newPhase(t, nil)
+		c := dial(t, p.addr)
+		c.Write(request("/block"))
+		p.awaitHandler(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		r := <-p.shutdown(ctx)
+		if !errors.Is(r.err, context.DeadlineExceeded) {
+			t.Errorf("shutdown: %v, want deadline exceeded", r.err)
+		}
+		h := r.rep.HTTP
+		if len(h.Forced) != 1 || h.ForcedRequests != 1 || h.Forced[0].State != "active" || h.Forced[0].Remote != c.LocalAddr().String() {
+			t.Errorf("forced %+v (%d requests), want our connection, active", h.Forced, h.ForcedRequests)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); netnstest.Classify(err) == netnstest.Timeout {
+			t.Errorf("forced connection still open: %v", err)
+		}
+		p.wait()
+	})
+}
+
+// TestHijackedCallback: a hijacked connection is handed to the callback,
+// which closes it; nothing is forced.
+func TestHijackedCallback(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		hijacked := make(chan struct{})
+		p := newPhase(t, func(p *phase, mux *http.ServeMux) {
+			mux.HandleFunc("/ws", func(w http.ResponseWriter, _ *http.Request) {
+				conn, bw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				bw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: test\r\nConnection: Upgrade\r\n\r\n")
+				bw.Flush()
+				close(hijacked)
+				_ = conn // owned by the callback from now on
+			})
+		})
+		var notified []string
+		p.ds.Hijacked = func(c net.Conn) {
+			notified = append(notified, c.RemoteAddr().String())
+			c.Close()
+		}
+		c := dial(t, p.addr)
+		c.Write(keepAliveRequest("/ws"))
+		<-hijacked
+		r := <-p.shutdown(context.Background())
+		if r.err != nil || r.rep.HTTP.HijackedNotified != 1 || len(r.rep.HTTP.Forced) != 0 ||
+			len(notified) != 1 || notified[0] != c.LocalAddr().String() {
+			t.Errorf("err %v, report %+v, notified %v", r.err, r.rep.HTTP, notified)
+		}
+		resp, _, err := readResponse(c, 5*time.Second)
+		if err != nil || resp.StatusCode != 101 {
+			t.Fatalf("upgrade: %v %v", resp, err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := io.Copy(io.Discard, c); n != 0 || err != nil {
+			t.Errorf("hijacked connection: %d bytes, %v; want closed", n, err)
+		}
+		p.wait()
+	})
+}
+
+// TestReadiness: 200 while serving; 503 once Shutdown began, while requests
+// are still served during Delay.
+func TestReadiness(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		p := newPhase(t, nil)
+		p.ds.Delay = 300 * time.Millisecond
+		if code := readiness(p.ds); code != 200 {
+			t.Fatalf("readiness %d before the drain", code)
+		}
+		res := p.shutdown(context.Background())
+		waitDraining(t, p.ds)
+		c := dial(t, p.addr)
+		c.Write(request("/"))
+		if resp, _, err := readResponse(c, 5*time.Second); err != nil || resp.StatusCode != 200 {
+			t.Errorf("request during the delay: %v %v", resp, err)
+		}
+		r := <-res
+		if r.err != nil || r.rep.HTTP.DelayTook < p.ds.Delay {
+			t.Errorf("shutdown %v, delay took %v", r.err, r.rep.HTTP.DelayTook)
+		}
+		p.wait()
+	})
+}
