@@ -1,0 +1,60 @@
+// Command rollout shows, on your own kernel, what restarting a Go HTTP server
+// under load costs with each way of doing it, side by side:
+//
+//	go run ./examples/rollout                 # as root, or with user namespaces
+//	go run ./examples/rollout --json          # one JSON object
+//	go run ./examples/rollout --duration 20s --concurrency 256 --restarts 27
+//
+// # What it does
+//
+// It re-executes itself in a new network namespace (as root; otherwise in a
+// new user namespace that maps your UID to root, which gives it
+// CAP_NET_ADMIN over that network namespace only), brings lo up, and then,
+// for each strategy in turn: sets net.ipv4.tcp_migrate_req, starts its
+// servers (processes of this same program, each answering with its
+// generation and pid in X-Generation and X-Pid), sends load from clients that
+// open a new connection per request (package internal/load; every failure is
+// counted, nothing is retried), restarts the servers --restarts times, evenly
+// spread over --duration, and stops everything. Nothing outside the
+// namespace is touched, and every process it starts dies with it (SIGTERM,
+// then SIGKILL; Pdeathsig if the runner dies).
+//
+// # Strategies
+//
+//   - close: plain SO_REUSEPORT workers (net.ListenConfig with a Control
+//     func, Go's defaults otherwise), stopped with http.Server.Shutdown, and
+//     tcp_migrate_req=0: what most servers do today. Each stop resets the
+//     connections in the worker's accept queue, and Shutdown drops requests
+//     it reads after it began (golang/go#65802).
+//   - migrate: reuseport.Listen (plain TCP), tcp_migrate_req=1, and
+//     drain.Server: the listener stop moves the queue to the siblings, then
+//     every accepted connection is served before http.Server.Shutdown.
+//   - handoff: one server upgraded in place through package handoff: the
+//     successor inherits the listening socket over a unix socket, calls Ready,
+//     and only then does the predecessor stop accepting and drain. The socket
+//     never closes.
+//   - ebpf: reserved for SK_REUSEPORT steering (reuseport/steer), not there
+//     yet.
+//
+// A rolling restart of workers starts the new worker, waits until it serves,
+// then stops the old one; the moment of the stop is marked on the load's
+// timeline, and "p99 restart" covers the requests sent within 200 ms of a
+// mark.
+//
+// # Reading the result
+//
+// failed counts requests without a full reply, by class: reset (ECONNRESET:
+// typically a queue reset), refused, eof (the connection closed before a
+// reply: typically Shutdown's dropped request), timeout. queue lost adds up
+// the drain reports' remainders; kernel RSTs is Tcp.OutRsts over the run,
+// the only counter that moves when a queue is reset with migration off.
+//
+// The --json object has a strategies array whose items hold name, restarts,
+// requests, failed, failed_by_class, queue_lost, p99_ms_steady,
+// p99_ms_restart, the kernel counter deltas, and each stop's report.
+//
+// # Requirements
+//
+// Linux 5.14 or later (tcp_migrate_req), and root or unprivileged user
+// namespaces. About 35 s with the defaults.
+package main

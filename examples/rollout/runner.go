@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/linux"
+	"github.com/zerodrop/zerodrop/internal/load"
+	"github.com/zerodrop/zerodrop/reuseport"
+)
+
+// runnerMain runs inside the private network namespace: it brings lo up,
+// runs every strategy in turn and prints the summary.
+func runnerMain(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
+	sum, err := runAll(ctx, cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "rollout: %v\n", err)
+		return exitError
+	}
+	if cfg.JSON {
+		err = writeJSON(stdout, sum)
+	} else {
+		err = writeTable(stdout, sum)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "rollout: %v\n", err)
+		return exitError
+	}
+	for _, o := range sum.Strategies {
+		if len(o.Errors) > 0 {
+			return exitError
+		}
+	}
+	if ctx.Err() != nil {
+		return exitError
+	}
+	return exitOK
+}
+
+// runAll prepares the namespace and runs each strategy.
+func runAll(ctx context.Context, cfg config, stderr io.Writer) (*summary, error) {
+	if err := linkUp("lo"); err != nil {
+		return nil, fmt.Errorf("bring up lo: %w", err)
+	}
+	// A new connection per request: give the clients every port there is.
+	if err := linux.WriteSysctl("net.ipv4.ip_local_port_range", "1024 65535"); err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable: %w", err)
+	}
+	sum := newSummary(cfg)
+	prog := newProgress(stderr)
+	for _, name := range cfg.Strategies {
+		if ctx.Err() != nil {
+			break
+		}
+		o := runStrategy(ctx, cfg, strategies[name], exe, stderr, prog)
+		sum.Strategies = append(sum.Strategies, o)
+	}
+	return sum, nil
+}
+
+// runStrategy runs one strategy: servers up, load on, a restart every
+// Duration/(Restarts+1), load off, servers down. Problems end up in Errors.
+func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, stderr io.Writer, prog *progress) outcome {
+	o := newOutcome(s, cfg)
+	if s.missing != "" {
+		o.Errors = append(o.Errors, "not available: "+s.missing)
+		return o
+	}
+	if err := linux.WriteSysctl(linux.MigrateReq, strconv.Itoa(s.migrateReq)); err != nil {
+		o.Errors = append(o.Errors, err.Error())
+		return o
+	}
+	dir, err := os.MkdirTemp("", "zerodrop-rollout-")
+	if err != nil {
+		o.Errors = append(o.Errors, err.Error())
+		return o
+	}
+	defer os.RemoveAll(dir)
+	addr, err := freeAddr()
+	if err != nil {
+		o.Errors = append(o.Errors, err.Error())
+		return o
+	}
+	f := &fleet{s: s, exe: exe, stderr: stderr, env: []string{
+		envStrategy + "=" + s.name, envAddr + "=" + addr, envHandoff + "=" + filepath.Join(dir, "handoff.sock"),
+	}}
+	defer f.kill()
+	if err := f.start(o.Workers); err != nil {
+		o.Errors = append(o.Errors, "start: "+err.Error())
+		return o
+	}
+	before, _ := reuseport.ReadCounters()
+	res, reports, err := drive(ctx, cfg, f, "http://"+addr+"/", prog)
+	if err != nil {
+		o.Errors = append(o.Errors, err.Error())
+	}
+	if err := f.stop(); err != nil {
+		o.Errors = append(o.Errors, err.Error())
+	}
+	after, err := reuseport.ReadCounters()
+	if err == nil {
+		o.Kernel = after.Sub(before)
+	}
+	o.fill(res, reports)
+	prog.done(o)
+	return o
+}
+
+// drive runs the load and rolls the servers while it runs. It returns the
+// load's result and the reports of the servers it stopped.
+func drive(ctx context.Context, cfg config, f *fleet, url string, prog *progress) (*load.Result, []workerReport, error) {
+	g, err := load.New(load.Config{URL: url, Concurrency: cfg.Concurrency, Duration: cfg.Duration,
+		Timeout: cfg.Timeout, Header: "X-Generation"})
+	if err != nil {
+		return nil, nil, err
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		res  *load.Result
+		lerr error
+		wg   sync.WaitGroup
+	)
+	loadDone := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(loadDone)
+		res, lerr = g.Run(lctx)
+	}()
+	stopProg := prog.follow(f.s.name, cfg, g)
+	reports, rerr := rollAll(ctx, cfg, f, g, loadDone, prog)
+	if rerr != nil {
+		cancel() // the fleet is in an unknown state: what follows means nothing
+	}
+	wg.Wait()
+	stopProg()
+	if rerr != nil {
+		return res, reports, rerr
+	}
+	return res, reports, lerr
+}
+
+// rollAll makes cfg.Restarts restarts, evenly spaced over the load's
+// duration, while the load runs.
+func rollAll(ctx context.Context, cfg config, f *fleet, g *load.Generator, loadDone <-chan struct{}, prog *progress) ([]workerReport, error) {
+	interval := cfg.Duration / time.Duration(cfg.Restarts+1)
+	start := time.Now()
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	var reports []workerReport
+	for i := 1; i <= cfg.Restarts; i++ {
+		select {
+		case <-ctx.Done():
+			return reports, ctx.Err()
+		case <-loadDone:
+			// The rolls took longer than planned (a loaded machine): the
+			// outcome says how many were done.
+			return reports, nil
+		case <-t.C:
+		}
+		t0 := time.Now()
+		rep, err := f.roll(i, func() { g.Mark("restart") })
+		if rep != nil {
+			rep.RollMS = msSince(t0)
+			reports = append(reports, *rep)
+		}
+		if err != nil {
+			return reports, fmt.Errorf("restart %d: %w", i, err)
+		}
+		prog.restarted(i)
+		t.Reset(max(0, time.Until(start.Add(time.Duration(i+1)*interval))))
+	}
+	return reports, nil
+}
+
+// freeAddr returns a free loopback address of the namespace.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/handoff"
+	"github.com/zerodrop/zerodrop/reuseport"
+	"golang.org/x/sys/unix"
+)
+
+// strategy is one way of restarting servers.
+type strategy struct {
+	name string
+	// migrateReq is written to net.ipv4.tcp_migrate_req before the run.
+	migrateReq int
+	// single: one server process upgraded in place (its successor takes
+	// over by itself) instead of a group of workers rolled one by one.
+	single bool
+	// serve runs one server until told to stop, then stops it.
+	serve func(ctx context.Context, w worker) (workerReport, error)
+	// missing says why the strategy cannot run yet; empty when it can.
+	missing string
+}
+
+// strategies are all the known strategies, by name; order gives the run order.
+var strategies = map[string]*strategy{
+	"close":   {name: "close", migrateReq: 0, serve: serveClose},
+	"migrate": {name: "migrate", migrateReq: 1, serve: serveMigrate},
+	"handoff": {name: "handoff", migrateReq: 0, single: true, serve: serveHandoff},
+	"ebpf":    {name: "ebpf", migrateReq: 0, missing: "reuseport/steer (SK_REUSEPORT steering) is not finished yet"},
+}
+
+var order = []string{"close", "migrate", "handoff", "ebpf"}
+
+// strategyNames lists every strategy in run order.
+func strategyNames() []string { return slices.Clone(order) }
+
+// defaultStrategies lists the strategies that can run.
+func defaultStrategies() []string {
+	var out []string
+	for _, n := range order {
+		if strategies[n].missing == "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// serveClose is what most Go servers do today: SO_REUSEPORT set through
+// net.ListenConfig (Go's defaults otherwise, so MPTCP since Go 1.24), and
+// http.Server.Shutdown on SIGTERM.
+func serveClose(ctx context.Context, w worker) (workerReport, error) {
+	rep := workerReport{Generation: w.gen, Method: "http.Server.Shutdown"}
+	lc := net.ListenConfig{Control: setReusePort}
+	ln, err := lc.Listen(ctx, "tcp4", w.addr)
+	if err != nil {
+		return rep, err
+	}
+	srv := newServer(w.gen)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	w.ready(w.gen)
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return rep, fmt.Errorf("serve: %w", err)
+	}
+	start := time.Now()
+	sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	rep.TookMS = msSince(start)
+	return rep, err
+}
+
+// setReusePort is the Control function found in most code bases.
+func setReusePort(_, _ string, rc syscall.RawConn) error {
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+	})
+	if err != nil {
+		return err
+	}
+	return os.NewSyscallError("setsockopt SO_REUSEPORT", serr)
+}
+
+// serveMigrate is zerodrop's way for a group of workers: a reuseport
+// listener (plain TCP) with tcp_migrate_req=1, and drain.Server on SIGTERM,
+// whose listener stop moves the accept queue to the siblings.
+func serveMigrate(ctx context.Context, w worker) (workerReport, error) {
+	rep := workerReport{Generation: w.gen}
+	cfg := reuseport.Config{Migration: reuseport.MigrationRequire}
+	ln, err := cfg.Listen(ctx, "tcp4", w.addr)
+	if err != nil {
+		return rep, err
+	}
+	ds := &drain.Server{HTTP: newServer(w.gen)}
+	ready := func() error { w.ready(w.gen); return nil }
+	return serveDrained(ds, ln, ready, ctx.Done(), rep)
+}
+
+// serveHandoff is one server upgraded in place: it inherits its listener
+// from its predecessor through the handoff socket (or creates it, the first
+// time), serves, calls Ready, and drains once its successor is ready. The
+// socket never closes, so nothing queued in it is lost.
+func serveHandoff(ctx context.Context, w worker) (workerReport, error) {
+	rep := workerReport{}
+	u, err := handoff.New(ctx, handoff.Config{Path: w.handoff})
+	if err != nil {
+		return rep, err
+	}
+	defer u.Close()
+	gen := int(u.Generation())
+	rep.Generation = gen
+	ln, err := u.Listen(ctx, "http", "tcp4", w.addr)
+	if err != nil {
+		return rep, err
+	}
+	ds := &drain.Server{HTTP: newServer(gen)}
+	ready := func() error {
+		if err := u.Ready(); err != nil {
+			return err
+		}
+		w.ready(gen)
+		return nil
+	}
+	// A SIGTERM also stops it (at the end of the run): then it is the last
+	// holder and the drain accepts what is queued.
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-u.Exit():
+		case <-ctx.Done():
+		}
+		close(stop)
+	}()
+	return serveDrained(ds, ln, ready, stop, rep)
+}
+
+// serveDrained serves ds on ln, calls ready once Serve runs, and drains ds
+// when stop closes (or at once if ready fails), filling rep from the drain
+// report.
+func serveDrained(ds *drain.Server, ln net.Listener, ready func() error, stop <-chan struct{}, rep workerReport) (workerReport, error) {
+	errc := make(chan error, 1)
+	go func() { errc <- ds.Serve(ln) }()
+	rerr := ready()
+	if rerr == nil {
+		select {
+		case <-stop:
+		case err := <-errc:
+			return rep, fmt.Errorf("serve: %w", err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	r, err := ds.Shutdown(sctx)
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if rerr != nil {
+		err = fmt.Errorf("ready: %w", rerr)
+	}
+	if r != nil {
+		rep.Drained = true
+		rep.Method = string(r.Method)
+		rep.Queued, rep.Migrated, rep.Accepted, rep.Remainder = r.QueuedAtStop, r.Migrated, r.Accepted, r.Remainder
+		rep.Errors = append(rep.Errors, r.Errors...)
+		if r.HTTP != nil {
+			rep.Forced = len(r.HTTP.Forced)
+			rep.TookMS = float64(r.HTTP.Took.Microseconds()) / 1000
+		}
+	}
+	return rep, err
+}
+
+func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Environment of a worker process, set by the runner.
+const (
+	envStrategy = "ZERODROP_ROLLOUT_STRATEGY"
+	envGen      = "ZERODROP_ROLLOUT_GENERATION"
+	envAddr     = "ZERODROP_ROLLOUT_ADDR"
+	envHandoff  = "ZERODROP_ROLLOUT_HANDOFF" // handoff socket path
+)
+
+// Lines a worker writes on stdout: lineReady once it serves, lineReport and
+// a JSON workerReport once it has stopped.
+const (
+	lineReady  = "ready"
+	lineReport = "report "
+)
+
+// stopTimeout bounds a worker's stop: listener drain plus HTTP shutdown.
+const stopTimeout = 5 * time.Second
+
+// worker is what a strategy's serve function gets.
+type worker struct {
+	gen     int    // generation given by the runner (handoff: ignored)
+	addr    string // 127.0.0.1:port, the same for every worker of a run
+	handoff string // path of the handoff socket
+	// ready tells the runner that this worker serves, and which generation
+	// it is.
+	ready func(gen int)
+}
+
+// workerReport is what a worker says about its stop. Queue figures come from
+// the drain report, when the strategy has one.
+type workerReport struct {
+	PID        int      `json:"pid"`
+	Generation int      `json:"generation"`
+	Drained    bool     `json:"drained"` // a drain report exists
+	Method     string   `json:"method"`
+	Queued     int      `json:"queued_at_stop"`
+	Migrated   int      `json:"migrated"`
+	Accepted   int      `json:"accepted"`
+	Remainder  int      `json:"remainder"`
+	Forced     int      `json:"forced"`  // HTTP connections closed at the deadline
+	TookMS     float64  `json:"took_ms"` // the stop, as the worker measured it
+	RollMS     float64  `json:"roll_ms"` // the whole restart, successor's start included (set by the runner)
+	Errors     []string `json:"errors,omitempty"`
+}
+
+// workerMain runs one server of the strategy named in the environment until
+// SIGTERM (or, for handoff, until its successor is ready), then stops it the
+// strategy's way and writes its report.
+func workerMain(stdout, stderr io.Writer) int {
+	s, ok := strategies[os.Getenv(envStrategy)]
+	gen, err := strconv.Atoi(os.Getenv(envGen))
+	if !ok || err != nil || s.serve == nil {
+		fmt.Fprintf(stderr, "rollout worker: bad environment %s=%q %s=%q\n",
+			envStrategy, os.Getenv(envStrategy), envGen, os.Getenv(envGen))
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	w := worker{gen: gen, addr: os.Getenv(envAddr), handoff: os.Getenv(envHandoff)}
+	w.ready = func(g int) { fmt.Fprintf(stdout, "%s %d\n", lineReady, g) }
+	rep, err := s.serve(ctx, w)
+	rep.PID = os.Getpid()
+	if err != nil {
+		rep.Errors = append(rep.Errors, err.Error())
+	}
+	b, _ := json.Marshal(rep)
+	fmt.Fprintf(stdout, "%s%s\n", lineReport, b)
+	if err != nil {
+		fmt.Fprintf(stderr, "rollout worker %d (%s, generation %d): %v\n", os.Getpid(), s.name, rep.Generation, err)
+		return exitError
+	}
+	return exitOK
+}
+
+// handler answers every request with the worker's generation and pid, so the
+// load generator sees which generation served it.
+func handler(gen int) http.Handler {
+	g, pid := strconv.Itoa(gen), strconv.Itoa(os.Getpid())
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Generation", g)
+		w.Header().Set("X-Pid", pid)
+		io.WriteString(w, "ok\n")
+	})
+}
+
+// newServer is the http.Server every strategy uses.
+func newServer(gen int) *http.Server {
+	return &http.Server{Handler: handler(gen), ReadHeaderTimeout: 5 * time.Second}
+}
