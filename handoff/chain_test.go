@@ -1,0 +1,90 @@
+package handoff
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+)
+
+// A chain of 20 handoffs, each triggered through Upgrade, while workers open a
+// new connection per request at full speed: no request fails, every
+// generation 1..21 answers in order, each process ends with the fds it began
+// with, and the PID file names the newest process.
+func TestChainOfHandoffs(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		const handoffs = 20
+		path := handoffPath(t)
+		pidFile := t.TempDir() + "/app.pid"
+		old := startApp(t, path, envPID+"="+pidFile)
+		f := old.expect(t, "ready")
+		if f[1] != "1" {
+			t.Fatalf("first generation %s, want 1", f[1])
+		}
+		addr := f[3]
+		ld := startLoad(t, addr, 4)
+		ld.waitAnswers(t, 50)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		for g := uint64(2); g <= handoffs+1; g++ {
+			var next *appProc
+			res, err := Upgrade(ctx, path, func() error { next = startApp(t, path, envPID+"="+pidFile); return nil })
+			if err != nil {
+				t.Fatalf("handoff to generation %d: %v", g, err)
+			}
+			if res.From != g-1 || res.To != g || res.PID != next.Cmd.Process.Pid {
+				t.Fatalf("Upgrade = %+v, want %d -> %d pid %d", res, g-1, g, next.Cmd.Process.Pid)
+			}
+			if f := next.expect(t, "ready"); f[1] != strconv.FormatUint(g, 10) || f[3] != addr {
+				t.Fatalf("generation %d reports %v", g, f)
+			}
+			if f := old.expect(t, "exit"); f[1] != f[2] {
+				t.Fatalf("generation %d exits with %s fds, started with %s", g-1, f[1], f[2])
+			}
+			if err := old.Wait(ctx); err != nil {
+				t.Fatalf("generation %d: %v", g-1, err)
+			}
+			if b, _ := os.ReadFile(pidFile); string(b) != strconv.Itoa(res.PID)+"\n" {
+				t.Fatalf("pid file %q, want %d", b, res.PID)
+			}
+			ld.waitAnswers(t, 20)
+			old = next
+		}
+		ld.end()
+		ok, errs, maxGen := ld.snapshot()
+		t.Logf("%d requests answered, %d failed, over %d handoffs", ok, len(errs), handoffs)
+		if len(errs) != 0 {
+			t.Fatalf("%d failed requests, first: %v", len(errs), errs[0])
+		}
+		if maxGen != handoffs+1 {
+			t.Fatalf("newest generation seen %d, want %d", maxGen, handoffs+1)
+		}
+		checkOrder(t, ld.seqs, handoffs+1)
+	})
+}
+
+// checkOrder: every generation answered, and a worker never hears from a
+// generation older than the one before the newest it heard (the old process
+// drains while the new one serves, never longer).
+func checkOrder(t *testing.T, seqs [][]uint64, last uint64) {
+	t.Helper()
+	seen := map[uint64]bool{}
+	for w, seq := range seqs {
+		var top uint64
+		for i, g := range seq {
+			seen[g] = true
+			if g+1 < top {
+				t.Fatalf("worker %d request %d answered by generation %d after %d", w, i, g, top)
+			}
+			top = max(top, g)
+		}
+	}
+	for g := uint64(1); g <= last; g++ {
+		if !seen[g] {
+			t.Fatalf("generation %d never answered", g)
+		}
+	}
+}

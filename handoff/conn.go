@@ -1,0 +1,188 @@
+package handoff
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// conn is a framed connection on a SOCK_STREAM unix socket. Every read and
+// write has a deadline; fds travel with the first byte of a frame.
+type conn struct {
+	c       *net.UnixConn
+	rc      syscall.RawConn
+	timeout time.Duration
+}
+
+func newConn(c *net.UnixConn, timeout time.Duration) (*conn, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return &conn{c: c, rc: rc, timeout: timeout}, nil
+}
+
+func (c *conn) Close() error { return c.c.Close() }
+
+// peerCred reads SO_PEERCRED.
+func (c *conn) peerCred() (*unix.Ucred, error) {
+	var cred *unix.Ucred
+	var serr error
+	err := c.rc.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return nil, os.NewSyscallError("getsockopt SO_PEERCRED", err)
+	}
+	return cred, nil
+}
+
+// send writes one frame, with fds attached when given.
+func (c *conn) send(f *frame, fds []int) error {
+	b, err := encodeFrame(f)
+	if err != nil {
+		return err
+	}
+	if err := c.c.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return err
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	for len(b) > 0 {
+		var n int
+		var serr error
+		err := c.rc.Write(func(fd uintptr) bool {
+			n, serr = unix.SendmsgN(int(fd), b, oob, nil, unix.MSG_NOSIGNAL)
+			return serr != unix.EAGAIN
+		})
+		if err == nil {
+			err = serr
+		}
+		if err != nil {
+			return fmt.Errorf("send %s: %w", f.Type, wrapSyscall("sendmsg", err))
+		}
+		b, oob = b[n:], nil
+	}
+	return nil
+}
+
+// recv reads one frame and the fds that came with it (at most maxFDs; more,
+// or a truncated control message, is an error and every fd is closed). The
+// fds are received with MSG_CMSG_CLOEXEC; the caller owns them.
+func (c *conn) recv(maxFDs int) (*frame, []int, error) {
+	return c.recvWithin(maxFDs, c.timeout)
+}
+
+// recvWithin is recv with another deadline.
+func (c *conn) recvWithin(maxFDs int, d time.Duration) (*frame, []int, error) {
+	if err := c.c.SetReadDeadline(time.Now().Add(d)); err != nil {
+		return nil, nil, err
+	}
+	var fds []int
+	h := make([]byte, headerLen)
+	if err := c.readFull(h, &fds, maxFDs, true); err != nil {
+		closeFDs(fds)
+		return nil, nil, err
+	}
+	n, err := frameLen(h)
+	if err != nil {
+		closeFDs(fds)
+		return nil, nil, err
+	}
+	body := make([]byte, n)
+	if err := c.readFull(body, &fds, maxFDs, false); err != nil {
+		closeFDs(fds)
+		return nil, nil, err
+	}
+	f, err := decodeBody(body)
+	if err != nil {
+		closeFDs(fds)
+		return nil, nil, err
+	}
+	return f, fds, nil
+}
+
+// readFull fills p; fds arriving on the way are appended to *fds.
+func (c *conn) readFull(p []byte, fds *[]int, maxFDs int, header bool) error {
+	oob := make([]byte, unix.CmsgSpace(4*BatchFDs))
+	for off := 0; off < len(p); {
+		var n, oobn, flags int
+		var serr error
+		err := c.rc.Read(func(fd uintptr) bool {
+			n, oobn, flags, _, serr = unix.Recvmsg(int(fd), p[off:], oob, unix.MSG_CMSG_CLOEXEC)
+			return serr != unix.EAGAIN
+		})
+		if err == nil {
+			err = serr
+		}
+		if oobn > 0 {
+			got, perr := parseRights(oob[:oobn])
+			*fds = append(*fds, got...)
+			if perr != nil {
+				return perr
+			}
+		}
+		if err != nil {
+			return wrapSyscall("recvmsg", err)
+		}
+		if flags&unix.MSG_CTRUNC != 0 {
+			return &FrameError{Err: ErrFDCount, Detail: "control message truncated: more fds than one batch"}
+		}
+		if len(*fds) > maxFDs {
+			return &FrameError{Err: ErrFDCount, Detail: fmt.Sprintf("%d fds arrived, at most %d expected", len(*fds), maxFDs)}
+		}
+		if n == 0 {
+			if off == 0 && header {
+				return io.EOF
+			}
+			return &FrameError{Err: ErrTruncated, Detail: fmt.Sprintf("connection closed after %d of %d bytes", off, len(p))}
+		}
+		off += n
+	}
+	return nil
+}
+
+// parseRights extracts the fds of every SCM_RIGHTS message.
+func parseRights(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, os.NewSyscallError("parse control message", err)
+	}
+	var fds []int
+	for i := range msgs {
+		if msgs[i].Header.Level != unix.SOL_SOCKET || msgs[i].Header.Type != unix.SCM_RIGHTS {
+			continue
+		}
+		got, err := unix.ParseUnixRights(&msgs[i])
+		fds = append(fds, got...)
+		if err != nil {
+			return fds, os.NewSyscallError("parse SCM_RIGHTS", err)
+		}
+	}
+	return fds, nil
+}
+
+func wrapSyscall(op string, err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return os.NewSyscallError(op, err)
+	}
+	return err
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}

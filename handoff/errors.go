@@ -1,0 +1,125 @@
+package handoff
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// Sentinel errors; the typed errors below match them with errors.Is.
+var (
+	// ErrHandoffInProgress: the predecessor is already handing its sockets to
+	// another successor; only one may take over at a time.
+	ErrHandoffInProgress = errors.New("handoff in progress: the predecessor is already handing over to another process; retry after it finished or failed")
+	// ErrPeerRefused: the peer's credentials (SO_PEERCRED) are not allowed.
+	ErrPeerRefused = errors.New("peer credentials refused")
+	// ErrInsecurePath: the handoff socket's directory is writable by others,
+	// or owned by another user.
+	ErrInsecurePath = errors.New("insecure handoff socket path")
+	// ErrVersion: the peer speaks another protocol version.
+	ErrVersion = errors.New("protocol version mismatch")
+	// ErrProtocol: a frame was malformed or unexpected.
+	ErrProtocol = errors.New("protocol error")
+	// ErrFrameTooLarge: a frame's header announces more than MaxFrame bytes.
+	ErrFrameTooLarge = errors.New("frame too large")
+	// ErrTruncated: the peer closed the connection inside a frame.
+	ErrTruncated = errors.New("truncated frame")
+	// ErrFDCount: the fds received do not match the offer.
+	ErrFDCount = errors.New("fd count does not match the offer")
+	// ErrValidation: a received fd is not what the offer declared.
+	ErrValidation = errors.New("received socket failed validation")
+	// ErrClosed: the Upgrader was closed.
+	ErrClosed = errors.New("upgrader closed")
+)
+
+// FrameError is a frame that could not be read, decoded or accepted.
+type FrameError struct {
+	Type   string // frame type, when known
+	Err    error  // ErrProtocol, ErrVersion, ErrFrameTooLarge, ErrTruncated or ErrFDCount
+	Detail string
+}
+
+func (e *FrameError) Error() string {
+	s := e.Err.Error()
+	if e.Type != "" {
+		s += " in " + e.Type + " frame"
+	}
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Unwrap returns the sentinel.
+func (e *FrameError) Unwrap() error { return e.Err }
+
+// RemoteError is an error frame sent by the peer.
+type RemoteError struct {
+	Code    string // "version", "in_progress", "permission", "protocol", "validation", "internal"
+	Message string
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("peer refused (%s): %s", e.Code, e.Message)
+}
+
+// Is matches the sentinel of the code: in_progress is ErrHandoffInProgress,
+// permission is ErrPeerRefused, version is ErrVersion, validation is
+// ErrValidation, protocol is ErrProtocol.
+func (e *RemoteError) Is(target error) bool {
+	return map[string]error{
+		codeInProgress: ErrHandoffInProgress, codePermission: ErrPeerRefused, codeVersion: ErrVersion,
+		codeValidation: ErrValidation, codeProtocol: ErrProtocol,
+	}[e.Code] == target
+}
+
+// PeerError says who was refused: the process at the other end of the handoff
+// socket, by SO_PEERCRED.
+type PeerError struct {
+	PID      int32
+	UID, GID uint32
+	Allowed  []uint32 // the UIDs accepted
+}
+
+func (e *PeerError) Error() string {
+	return fmt.Sprintf("%v: pid %d uid %d is not among the allowed uids %v (same euid by default; see Config.AllowUIDs)", ErrPeerRefused, e.PID, e.UID, e.Allowed)
+}
+
+// Is reports whether target is ErrPeerRefused.
+func (e *PeerError) Is(target error) bool { return target == ErrPeerRefused }
+
+// InsecurePathError explains why a handoff socket path was refused.
+type InsecurePathError struct {
+	Path string
+	Dir  string
+	Mode os.FileMode
+	UID  uint32
+	Why  string
+}
+
+func (e *InsecurePathError) Error() string {
+	return fmt.Sprintf("%v %s: directory %s (mode %v, owner uid %d) %s", ErrInsecurePath, e.Path, e.Dir, e.Mode, e.UID, e.Why)
+}
+
+// Is reports whether target is ErrInsecurePath.
+func (e *InsecurePathError) Is(target error) bool { return target == ErrInsecurePath }
+
+// ValidationError is a received fd that is not what the offer declared.
+type ValidationError struct {
+	Name  string // the socket's name in the offer
+	Check string // e.g. "S_IFSOCK", "SO_TYPE", "getsockname", "digest"
+	Want  string
+	Got   string
+	Err   error // underlying syscall error, if any
+}
+
+func (e *ValidationError) Error() string {
+	s := fmt.Sprintf("%v: socket %q: %s want %s got %s", ErrValidation, e.Name, e.Check, e.Want, e.Got)
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns ErrValidation and the underlying error.
+func (e *ValidationError) Unwrap() []error { return []error{ErrValidation, e.Err} }

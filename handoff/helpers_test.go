@@ -1,0 +1,251 @@
+package handoff
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/reuseport"
+)
+
+func TestMain(m *testing.M) {
+	netnstest.RegisterHelper("app", appMain)
+	netnstest.HelperMain()
+	os.Exit(m.Run())
+}
+
+// Environment of the "app" helper.
+const (
+	envPath = "ZD_HANDOFF_PATH" // handoff socket
+	envMode = "ZD_MODE"         // "serve" (default), "hold", "pause"
+	envN    = "ZD_LISTENERS"    // extra listeners "x0".."xN-1" (default 0)
+	envPID  = "ZD_PIDFILE"
+)
+
+func fdCount() int {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	return len(ents) - 1
+}
+
+// appMain is a tiny server run as its own process: it obtains "http" (plus
+// ZD_LISTENERS extra listeners) through an Upgrader, answers each connection
+// with its generation, calls Ready, and on Exit closes its listeners, drains
+// and exits. It reports on stdout:
+//
+//	ready <generation> <pid> <addr>
+//	received <generation>          (mode hold: has the fds, never Ready)
+//	paused                         (mode pause: predecessor stopped after a batch)
+//	exit <fds now> <fds at start>
+//	error <message>
+func appMain() {
+	l, _ := net.Listen("tcp", "127.0.0.1:0") // open the netpoller's fds first
+	l.Close()
+	base := fdCount()
+	if err := app(base); err != nil {
+		fmt.Printf("error %v\n", strings.ReplaceAll(err.Error(), "\n", " "))
+		os.Exit(1)
+	}
+}
+
+func app(base int) error {
+	ctx := context.Background()
+	mode := os.Getenv(envMode)
+	if mode == "pause" {
+		testHookBatchSent = func(int) { fmt.Println("paused"); time.Sleep(time.Hour) }
+	}
+	u, err := New(ctx, Config{Path: os.Getenv(envPath), PIDFile: os.Getenv(envPID), Listen: reuseport.Config{Migration: reuseport.MigrationIgnore}})
+	if err != nil {
+		return err
+	}
+	ln, err := u.Listen(ctx, "http", "tcp4", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	n, _ := strconv.Atoi(os.Getenv(envN))
+	extra := make([]net.Listener, n)
+	for i := range extra {
+		if extra[i], err = u.Listen(ctx, "x"+strconv.Itoa(i), "tcp4", "127.0.0.1:0"); err != nil {
+			return err
+		}
+	}
+	if mode == "hold" {
+		fmt.Printf("received %d\n", u.Generation())
+		time.Sleep(time.Hour)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); acceptLoop(ln, u.Generation(), &wg) }()
+	if err := u.Ready(); err != nil {
+		return err
+	}
+	fmt.Printf("ready %d %d %s\n", u.Generation(), os.Getpid(), ln.Addr())
+	<-u.Exit()
+	ln.Close()
+	for _, x := range extra {
+		x.Close()
+	}
+	wg.Wait()
+	u.Close()
+	fmt.Printf("exit %d %d\n", fdCount(), base)
+	return nil
+}
+
+// acceptLoop serves each connection: read one line, answer "gen <g>\n".
+func acceptLoop(ln net.Listener, gen uint64, wg *sync.WaitGroup) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+				return
+			}
+			fmt.Fprintf(c, "gen %d\n", gen)
+		}()
+	}
+}
+
+// request makes one request and returns the generation that answered.
+func request(addr string) (uint64, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "q\n"); err != nil {
+		return 0, err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("read after %q: %w", line, err)
+	}
+	var g uint64
+	if _, err := fmt.Sscanf(line, "gen %d", &g); err != nil {
+		return 0, err
+	}
+	return g, nil
+}
+
+// load runs workers that each make requests back to back until stop.
+type load struct {
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	ok     int
+	errs   []error
+	seqs   [][]uint64 // per worker, the generation of each answer
+	maxGen uint64
+}
+
+func startLoad(t *testing.T, addr string, workers int) *load {
+	l := &load{stop: make(chan struct{}), seqs: make([][]uint64, workers)}
+	for w := range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := 0; i < 10_000_000; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				g, err := request(addr)
+				l.mu.Lock()
+				if err != nil {
+					l.errs = append(l.errs, err)
+				} else {
+					l.ok++
+					l.seqs[w] = append(l.seqs[w], g)
+					l.maxGen = max(l.maxGen, g)
+				}
+				l.mu.Unlock()
+			}
+		}()
+	}
+	t.Cleanup(l.end)
+	return l
+}
+
+func (l *load) end() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+}
+
+func (l *load) snapshot() (ok int, errs []error, maxGen uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ok, append([]error(nil), l.errs...), l.maxGen
+}
+
+// waitAnswers waits until the load got n more answers (bounded).
+func (l *load) waitAnswers(t *testing.T, n int) {
+	t.Helper()
+	start, _, _ := l.snapshot()
+	for i := 0; i < 3000; i++ {
+		if ok, _, _ := l.snapshot(); ok >= start+n {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("load made fewer than %d requests in 15 s", n)
+}
+
+// app is a started "app" helper with its stdout lines.
+type appProc struct {
+	*netnstest.Proc
+	lines chan string
+}
+
+func startApp(t *testing.T, path string, env ...string) *appProc {
+	t.Helper()
+	p := netnstest.StartHelper(t, "app", netnstest.HelperOptions{Env: append([]string{envPath + "=" + path}, env...)})
+	a := &appProc{Proc: p, lines: make(chan string, 16)}
+	go func() {
+		defer close(a.lines)
+		sc := bufio.NewScanner(p.Stdout)
+		for sc.Scan() {
+			a.lines <- sc.Text()
+		}
+	}()
+	return a
+}
+
+// expect waits (bounded) for the next line and checks its first word.
+func (a *appProc) expect(t *testing.T, word string) []string {
+	t.Helper()
+	select {
+	case line, ok := <-a.lines:
+		f := strings.Fields(line)
+		if !ok || len(f) == 0 || f[0] != word {
+			t.Fatalf("app pid %d: got %q (open=%v), want %q ...", a.Cmd.Process.Pid, line, ok, word)
+		}
+		return f
+	case <-time.After(60 * time.Second):
+		t.Fatalf("app pid %d: no %q line in 60 s", a.Cmd.Process.Pid, word)
+	}
+	return nil
+}
+
+// handoffPath returns a handoff socket path in a private directory.
+func handoffPath(t *testing.T) string {
+	return t.TempDir() + "/handoff.sock"
+}

@@ -1,0 +1,246 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/zerodrop/zerodrop/reuseport"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// Listen returns the listener called name: the predecessor's, if it offered
+// one of that name and kind on that address (checked against Config.Listen:
+// options that differ fail with *reuseport.OptionMismatchError unless
+// WarnOnMismatch); else systemd's, if activated; else a fresh one, through
+// reuseport for "tcp", "tcp4", "tcp6", or a "unix" listener. A port 0 matches
+// the inherited port. Unix listeners never unlink their path on Close, so
+// neither the predecessor's nor ours removes the file the other uses. The
+// caller owns the listener; the Upgrader keeps its own reference (a dup) to
+// offer the socket to a successor.
+func (u *Upgrader) Listen(ctx context.Context, name, network, address string) (net.Listener, error) {
+	kind := map[string]string{"tcp": kindTCP, "tcp4": kindTCP, "tcp6": kindTCP, "unix": kindUnix}[network]
+	if kind == "" {
+		return nil, listenError(network, address, net.UnknownNetworkError(network))
+	}
+	f, err := u.obtain(ctx, name, kind, network, address)
+	if err != nil {
+		return nil, listenError(network, address, err)
+	}
+	if f.ln != nil {
+		return f.ln, nil
+	}
+	defer f.file.Close()
+	ln, err := net.FileListener(f.file)
+	if err != nil {
+		return nil, listenError(network, address, err)
+	}
+	if ul, ok := ln.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(false)
+	}
+	return ln, nil
+}
+
+// ListenPacket is Listen for UDP sockets ("udp", "udp4", "udp6").
+func (u *Upgrader) ListenPacket(ctx context.Context, name, network, address string) (net.PacketConn, error) {
+	kind := map[string]string{"udp": kindUDP, "udp4": kindUDP, "udp6": kindUDP}[network]
+	if kind == "" {
+		return nil, listenError(network, address, net.UnknownNetworkError(network))
+	}
+	f, err := u.obtain(ctx, name, kind, network, address)
+	if err != nil {
+		return nil, listenError(network, address, err)
+	}
+	if f.pc != nil {
+		return f.pc, nil
+	}
+	defer f.file.Close()
+	pc, err := net.FilePacketConn(f.file)
+	if err != nil {
+		return nil, listenError(network, address, err)
+	}
+	return pc, nil
+}
+
+func listenError(network, address string, err error) error {
+	return &net.OpError{Op: "listen", Net: network, Addr: strAddr{network, address}, Err: err}
+}
+
+type strAddr struct{ net, addr string }
+
+func (a strAddr) Network() string { return a.net }
+func (a strAddr) String() string  { return a.addr }
+
+// obtained is a socket for the caller: a file to wrap, or a fresh listener.
+type obtained struct {
+	file *os.File
+	ln   net.Listener
+	pc   net.PacketConn
+}
+
+// obtain finds or creates socket name, and registers our reference to it.
+func (u *Upgrader) obtain(ctx context.Context, name, kind, network, address string) (*obtained, error) {
+	s, err := u.claim(name, kind, network, address)
+	if err != nil {
+		return nil, err
+	}
+	var out *obtained
+	switch {
+	case s != nil:
+		out, err = u.adopt(s, network)
+	default:
+		s, out, err = u.activated(name, kind, network, address)
+		if err == nil && s == nil {
+			s, out, err = u.fresh(ctx, name, kind, network, address)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		closeFDs([]int{s.fd})
+		return out, nil
+	}
+	u.socks = append(u.socks, s)
+	return out, nil
+}
+
+// claim reserves name and takes the inherited socket of that name, if it
+// matches kind and address.
+func (u *Upgrader) claim(name, kind, network, address string) (*socket, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return nil, ErrClosed
+	}
+	if u.names[name] {
+		return nil, fmt.Errorf("socket name %q already in use", name)
+	}
+	u.names[name] = true
+	s := u.inh[name]
+	if s == nil {
+		return nil, nil
+	}
+	want, ok := wantAddr(network, address)
+	if s.info.Kind != kind || !ok || !sameAddr(want, s.info.Address) {
+		u.log.Info("inherited socket does not match; listening fresh", zap.String("name", name),
+			zap.String("inherited", s.info.Network+" "+s.info.Address), zap.String("asked", network+" "+address))
+		return nil, nil
+	}
+	delete(u.inh, name)
+	return s, nil
+}
+
+// adopt checks an inherited socket's options and wraps a dup of it.
+func (u *Upgrader) adopt(s *socket, network string) (*obtained, error) {
+	if s.info.Kind != kindUnix {
+		if err := checkOptions(&u.cfg.Listen, network, s.fd); err != nil {
+			var mm *reuseport.OptionMismatchError
+			if !u.cfg.WarnOnMismatch || !errors.As(err, &mm) {
+				closeFDs([]int{s.fd})
+				return nil, err
+			}
+			u.log.Warn("inherited socket's options differ from Config.Listen", zap.String("name", s.info.Name), zap.Error(err))
+		}
+	}
+	fd, err := unix.FcntlInt(uintptr(s.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		closeFDs([]int{s.fd})
+		return nil, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
+	}
+	u.log.Info("inherited", zap.String("name", s.info.Name), zap.String("address", s.info.Address))
+	return &obtained{file: os.NewFile(uintptr(fd), s.info.Name)}, nil
+}
+
+// activated takes name from systemd socket activation, if any.
+func (u *Upgrader) activated(name, kind, network, address string) (*socket, *obtained, error) {
+	if u.act == nil {
+		return nil, nil, nil
+	}
+	f, ok, err := u.act.Take(name, network, address)
+	if err != nil || !ok {
+		return nil, nil, err
+	}
+	fd, err := dupConn(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	u.log.Info("from systemd", zap.String("name", name), zap.String("network", network), zap.String("address", address))
+	return &socket{info: socketInfo{Name: name, Kind: kind, Network: network}, fd: fd}, &obtained{file: f}, nil
+}
+
+// fresh creates the socket.
+func (u *Upgrader) fresh(ctx context.Context, name, kind, network, address string) (*socket, *obtained, error) {
+	var c syscall.Conn
+	out := &obtained{}
+	switch kind {
+	case kindTCP:
+		l, err := u.cfg.Listen.Listen(ctx, network, address)
+		if err != nil {
+			return nil, nil, err
+		}
+		c, out.ln = l, l
+	case kindUDP:
+		p, err := u.cfg.Listen.ListenPacket(ctx, network, address)
+		if err != nil {
+			return nil, nil, err
+		}
+		c, out.pc = p, p
+	default:
+		l, err := listenUnix(address)
+		if err != nil {
+			return nil, nil, err
+		}
+		c, out.ln = l, l
+	}
+	fd, err := dupConn(c)
+	if err != nil {
+		c.(interface{ Close() error }).Close()
+		return nil, nil, err
+	}
+	u.log.Info("listening fresh", zap.String("name", name), zap.String("network", network), zap.String("address", address))
+	return &socket{info: socketInfo{Name: name, Kind: kind, Network: network}, fd: fd}, out, nil
+}
+
+// listenUnix listens on a unix path, replacing a stale socket file (one
+// nobody accepts on), and never unlinks it on Close.
+func listenUnix(path string) (*net.UnixListener, error) {
+	addr := &net.UnixAddr{Name: path, Net: "unix"}
+	l, err := net.ListenUnix("unix", addr)
+	if errors.Is(err, syscall.EADDRINUSE) && !abstract(path) {
+		if c, derr := net.Dial("unix", path); derr == nil {
+			c.Close()
+		} else if errors.Is(derr, syscall.ECONNREFUSED) {
+			os.Remove(path)
+			l, err = net.ListenUnix("unix", addr)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.SetUnlinkOnClose(false)
+	return l, nil
+}
+
+// dupConn returns a close-on-exec dup of c's fd; the caller owns it.
+func dupConn(c syscall.Conn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, serr := -1, error(nil)
+	if err := rc.Control(func(f uintptr) { fd, serr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	if serr != nil {
+		return -1, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", serr)
+	}
+	return fd, nil
+}

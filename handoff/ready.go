@@ -1,0 +1,102 @@
+package handoff
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Ready declares that this process serves: its predecessor, if any, is told to
+// stop (its Exit channel closes) and answers done; then this process serves
+// the handoff socket for its own successor, and writes the PID file. Inherited
+// sockets that no Listen call claimed are closed. Call it once every listener
+// is obtained (and, ideally, accepting). An error before the predecessor
+// answered leaves the predecessor serving.
+func (u *Upgrader) Ready() error {
+	u.mu.Lock()
+	if u.closed || u.ready {
+		u.mu.Unlock()
+		return u.opError(fmt.Errorf("ready: %w", ErrClosed))
+	}
+	u.ready = true
+	inh, pred := u.inh, u.pred
+	u.inh, u.pred = nil, nil
+	u.mu.Unlock()
+	for name, s := range inh {
+		u.log.Warn("inherited socket not claimed by Listen; closing it", zap.String("name", name), zap.String("address", s.info.Address))
+		closeFDs([]int{s.fd})
+	}
+	s := &server{u: u, path: u.cfg.Path, conns: map[*conn]bool{}}
+	var tmp string
+	var err error
+	if !abstract(u.cfg.Path) || pred == nil {
+		if s.ln, tmp, err = listenHandoff(u.cfg.Path); err != nil {
+			if pred != nil {
+				pred.Close()
+			}
+			return u.opError(fmt.Errorf("ready: %w", err))
+		}
+	}
+	if pred != nil {
+		err = u.signal(pred)
+		pred.Close()
+		if err == nil && s.ln == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), u.cfg.Timeout)
+			s.ln, err = listenAbstract(ctx, u.cfg.Path, u.cfg.Timeout)
+			cancel()
+		}
+	}
+	if err == nil && tmp != u.cfg.Path {
+		s.ino, err = publish(tmp, u.cfg.Path)
+	}
+	if err != nil {
+		if s.ln != nil {
+			s.ln.Close()
+			os.Remove(tmp)
+		}
+		return u.opError(fmt.Errorf("ready: %w", err))
+	}
+	return u.serve(s)
+}
+
+// signal sends ready to the predecessor and waits for done.
+func (u *Upgrader) signal(pred *conn) error {
+	start := time.Now()
+	if err := pred.send(&frame{Type: typeReady, Generation: u.gen}, nil); err != nil {
+		return err
+	}
+	f, _, err := pred.recv(0)
+	if err == nil {
+		err = expect(f, typeDone)
+	}
+	if err != nil {
+		return fmt.Errorf("waiting for done: %w", err)
+	}
+	u.log.Info("predecessor stopped", zap.Uint64("generation", u.gen), zap.Duration("took", time.Since(start)))
+	return nil
+}
+
+// serve starts the handoff server and writes the PID file.
+func (u *Upgrader) serve(s *server) error {
+	u.mu.Lock()
+	if u.closed {
+		u.mu.Unlock()
+		s.ln.Close()
+		unpublish(s.path, s.ino)
+		return u.opError(fmt.Errorf("ready: %w", ErrClosed))
+	}
+	u.srv = s
+	s.wg.Add(1)
+	go s.serve()
+	u.mu.Unlock()
+	u.log.Info("serving handoff socket", zap.Uint64("generation", u.gen))
+	if u.cfg.PIDFile != "" {
+		if err := writePIDFile(u.cfg.PIDFile); err != nil {
+			return u.opError(err)
+		}
+	}
+	return nil
+}

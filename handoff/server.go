@@ -1,0 +1,231 @@
+package handoff
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zerodrop/zerodrop/reuseport"
+	"go.uber.org/zap"
+)
+
+// testHookBatchSent, if set by a test, runs after each batch of fds is sent.
+var testHookBatchSent func(first int)
+
+// server serves the handoff socket: one successor at a time, any number of
+// observers. Its goroutines end when it is closed or a successor took over.
+type server struct {
+	u     *Upgrader
+	ln    *net.UnixListener
+	path  string
+	ino   uint64 // of the published file, to unlink only our own
+	busy  atomic.Bool
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns map[*conn]bool
+	over  bool // a successor took over: the path is its now
+	last  string
+	fails uint64
+}
+
+func (s *server) serve() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		s.wg.Add(1)
+		go s.handle(c)
+	}
+}
+
+// close stops accepting, ends every conversation and waits for them.
+func (s *server) close() {
+	s.ln.Close()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.conns = nil
+	over := s.over
+	s.mu.Unlock()
+	s.wg.Wait()
+	if !over {
+		unpublish(s.path, s.ino)
+	}
+}
+
+func (s *server) track(c *conn, on bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on && s.conns == nil {
+		return false
+	}
+	if on {
+		s.conns[c] = true
+	} else {
+		delete(s.conns, c)
+	}
+	return true
+}
+
+func (s *server) handle(nc *net.UnixConn) {
+	defer s.wg.Done()
+	c, err := newConn(nc, s.u.cfg.Timeout)
+	if err != nil {
+		nc.Close()
+		return
+	}
+	if !s.track(c, true) {
+		c.Close()
+		return
+	}
+	defer func() { s.track(c, false); c.Close() }()
+	log := s.u.log
+	cred, err := c.peerCred()
+	if err == nil {
+		log = log.With(zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid))
+		err = allowed(cred, s.u.cfg.AllowUIDs)
+	}
+	if err == nil {
+		err = s.converse(c, log)
+	}
+	if err != nil {
+		log.Warn("handoff refused or failed; still serving", zap.Error(err))
+		if _, remote := err.(*RemoteError); !remote && !predecessorGone(err) && !errors.Is(err, ErrHandoffInProgress) {
+			c.send(&frame{Type: typeError, Code: code(err), Message: err.Error()}, nil)
+		}
+	}
+}
+
+// converse reads the hello and answers an observer or hands over to a successor.
+func (s *server) converse(c *conn, log *zap.Logger) error {
+	f, _, err := c.recv(0)
+	if err != nil {
+		return err
+	}
+	if err := expect(f, typeHello); err != nil {
+		return err
+	}
+	if f.Version != Version {
+		return &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("peer speaks version %d, we speak %d", f.Version, Version)}
+	}
+	h := s.u.hello(rolePredecessor, s.u.gen)
+	if f.Role == roleObserver {
+		s.mu.Lock()
+		h.LastError, h.Failures = s.last, s.fails
+		s.mu.Unlock()
+		return c.send(h, nil)
+	}
+	if f.Role != roleSuccessor {
+		return &FrameError{Type: typeHello, Err: ErrProtocol, Detail: "role " + f.Role}
+	}
+	if !s.busy.CompareAndSwap(false, true) {
+		c.send(&frame{Type: typeError, Code: codeInProgress, Message: ErrHandoffInProgress.Error()}, nil)
+		return ErrHandoffInProgress
+	}
+	defer s.busy.Store(false)
+	log.Info("successor connected")
+	if err := s.transfer(c, h, log); err != nil {
+		s.mu.Lock()
+		s.last, s.fails = err.Error(), s.fails+1
+		s.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// transfer sends hello, offer and fd batches, then waits for ready.
+func (s *server) transfer(c *conn, h *frame, log *zap.Logger) error {
+	start := time.Now()
+	if err := c.send(h, nil); err != nil {
+		return err
+	}
+	socks, err := s.u.offer()
+	if err != nil {
+		return err
+	}
+	infos := make([]socketInfo, len(socks))
+	for i, so := range socks {
+		infos[i] = so.info
+	}
+	if err := c.send(&frame{Type: typeOffer, Sockets: infos}, nil); err != nil {
+		return err
+	}
+	for first := 0; first < len(socks); first += BatchFDs {
+		batch := socks[first:min(first+BatchFDs, len(socks))]
+		fds := make([]int, len(batch))
+		for i, so := range batch {
+			fds[i] = so.fd
+		}
+		if err := c.send(&frame{Type: typeFDs, First: first, Count: len(fds)}, fds); err != nil {
+			return err
+		}
+		if testHookBatchSent != nil {
+			testHookBatchSent(first)
+		}
+		a, _, err := c.recv(0)
+		if err == nil {
+			err = expect(a, typeAck)
+		}
+		if err == nil && a.Received != first+len(fds) {
+			err = &FrameError{Type: typeAck, Err: ErrProtocol, Detail: fmt.Sprintf("ack of %d, sent %d", a.Received, first+len(fds))}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	log.Info("sockets handed over; waiting for ready", zap.Int("count", len(socks)), zap.Duration("took", time.Since(start)))
+	return s.awaitReady(c, log, start)
+}
+
+// awaitReady waits for the successor's ready, then stops: Exit is closed,
+// the handoff socket released, and done sent.
+func (s *server) awaitReady(c *conn, log *zap.Logger, start time.Time) error {
+	r, _, err := c.recvWithin(0, s.u.cfg.ReadyTimeout)
+	if err == nil {
+		err = expect(r, typeReady)
+	}
+	if err == nil && r.Generation != s.u.gen+1 {
+		err = &FrameError{Type: typeReady, Err: ErrProtocol, Detail: fmt.Sprintf("generation %d, expected %d", r.Generation, s.u.gen+1)}
+	}
+	if err != nil {
+		return fmt.Errorf("waiting for ready: %w", err)
+	}
+	s.mu.Lock()
+	s.over = true
+	s.mu.Unlock()
+	s.ln.Close()
+	s.u.exitOne.Do(func() { close(s.u.exit) })
+	log.Info("successor ready; exit signalled", zap.Uint64("successor_generation", r.Generation), zap.Duration("took", time.Since(start)))
+	return c.send(&frame{Type: typeDone, Generation: r.Generation}, nil)
+}
+
+// offer returns our sockets with their current address and digest.
+func (u *Upgrader) offer() ([]*socket, error) {
+	u.mu.Lock()
+	socks := append([]*socket(nil), u.socks...)
+	u.mu.Unlock()
+	out := make([]*socket, len(socks))
+	for i, so := range socks {
+		info := so.info
+		addr, err := sockname(so.fd)
+		if err != nil {
+			return nil, fmt.Errorf("offer %s: %w", info.Name, err)
+		}
+		info.Address = addr
+		if info.Kind != kindUnix {
+			d, err := reuseport.ReadDigest(rawFD(so.fd))
+			if err != nil {
+				return nil, fmt.Errorf("offer %s: %w", info.Name, err)
+			}
+			info.Digest = d.String()
+		}
+		out[i] = &socket{info: info, fd: so.fd}
+	}
+	return out, nil
+}

@@ -1,0 +1,174 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/zerodrop/zerodrop/handoff/systemd"
+	"github.com/zerodrop/zerodrop/reuseport"
+	"go.uber.org/zap"
+)
+
+// Config configures an Upgrader. The zero value is not usable: Path is required.
+type Config struct {
+	// Path is the handoff socket: a file path (its directory must not be
+	// writable by group or others) or "@name" in the abstract namespace.
+	Path string
+	// Listen creates fresh sockets, and is what inherited ones are checked
+	// against (Options, MPTCP).
+	Listen reuseport.Config
+	// AllowUIDs widens the peers accepted on the handoff socket, in both
+	// directions, beyond our own effective UID.
+	AllowUIDs []uint32
+	// Timeout bounds every read and write of the protocol, and the connect;
+	// default 10 s.
+	Timeout time.Duration
+	// ReadyTimeout bounds how long a predecessor waits for its successor's
+	// Ready after handing the fds over; default 2 min.
+	ReadyTimeout time.Duration
+	// WarnOnMismatch makes Listen log an inherited socket whose options differ
+	// from Listen.Options, instead of failing with *reuseport.OptionMismatchError.
+	WarnOnMismatch bool
+	// PIDFile, if set, is replaced atomically with our pid after Ready.
+	PIDFile string
+	// Logger receives each step of a handoff; nil means no logging.
+	Logger *zap.Logger
+}
+
+// Upgrader gives a process its listening sockets, from its predecessor or
+// fresh, and hands them to its successor. Safe for concurrent use.
+type Upgrader struct {
+	cfg   Config
+	log   *zap.Logger
+	gen   uint64
+	pred  *conn              // to the predecessor until Ready; nil when fresh
+	inh   map[string]*socket // received, validated, not yet claimed
+	act   *systemd.Activation
+	fback error
+
+	mu      sync.Mutex
+	socks   []*socket // ours, in Listen order: what we offer
+	names   map[string]bool
+	ready   bool
+	closed  bool
+	srv     *server
+	exit    chan struct{}
+	exitOne sync.Once
+}
+
+// socket is one socket we own a reference to: the fd (close-on-exec) and how
+// it was declared.
+type socket struct {
+	info socketInfo
+	fd   int
+}
+
+// New connects to the predecessor serving cfg.Path, if one does, checks its
+// credentials and receives and validates its sockets (generation = its + 1).
+// If nobody serves Path (no file, or a stale one), it uses systemd socket
+// activation if present, else starts fresh (generation 1). If the predecessor
+// dies during the transfer, New closes what it received and starts fresh
+// too; FallbackReason says why. Other failures (refused credentials, version,
+// malformed frames, invalid fds, ErrHandoffInProgress) are returned, as
+// *net.OpError with Op "handoff", and nothing received stays open.
+func New(ctx context.Context, cfg Config) (*Upgrader, error) {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 2 * time.Minute
+	}
+	u := &Upgrader{cfg: cfg, log: cfg.Logger, gen: 1, names: map[string]bool{}, exit: make(chan struct{})}
+	if u.log == nil {
+		u.log = zap.NewNop()
+	}
+	u.log = u.log.With(zap.String("handoff", cfg.Path), zap.Int("pid", os.Getpid()))
+	if err := checkDir(cfg.Path); err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	nc, ok, err := dial(dctx, cfg.Path)
+	if err != nil {
+		return nil, u.opError(err)
+	}
+	if ok {
+		err := u.inherit(nc)
+		if err == nil || !predecessorGone(err) {
+			if err != nil {
+				return nil, u.opError(err)
+			}
+			return u, nil
+		}
+		u.fback = err
+		u.log.Warn("predecessor lost during handoff; starting fresh", zap.Error(err))
+	}
+	if u.act, err = systemd.Activated(); err != nil {
+		return nil, u.opError(err)
+	}
+	u.log.Info("no predecessor", zap.Uint64("generation", u.gen), zap.Bool("systemd", u.act != nil))
+	return u, nil
+}
+
+// predecessorGone reports errors that mean the predecessor died or hung up.
+func predecessorGone(err error) bool {
+	var re *RemoteError
+	return !errors.As(err, &re) && (errors.Is(err, ErrTruncated) || errors.Is(err, errEOF) ||
+		errors.Is(err, errReset) || errors.Is(err, errPipe))
+}
+
+func (u *Upgrader) opError(err error) error {
+	return &net.OpError{Op: "handoff", Net: "unix", Addr: &net.UnixAddr{Name: u.cfg.Path, Net: "unix"}, Err: err}
+}
+
+// Generation is this process's generation: 1 for the first, predecessor's + 1
+// after each handoff. Constant for the Upgrader's life.
+func (u *Upgrader) Generation() uint64 { return u.gen }
+
+// FallbackReason is why New started fresh although a predecessor answered
+// (it died during the transfer), or nil.
+func (u *Upgrader) FallbackReason() error { return u.fback }
+
+// Exit is closed when a successor has called Ready: stop accepting on every
+// listener now (close them), then drain.
+func (u *Upgrader) Exit() <-chan struct{} { return u.exit }
+
+// Close stops serving the handoff socket, closes the Upgrader's references to
+// the sockets (listeners given to the caller stay open: the caller owns them)
+// and, before Ready, the connection to the predecessor, which then keeps
+// serving. Safe to call more than once.
+func (u *Upgrader) Close() error {
+	u.mu.Lock()
+	if u.closed {
+		u.mu.Unlock()
+		return nil
+	}
+	u.closed = true
+	srv, socks, inh, pred := u.srv, u.socks, u.inh, u.pred
+	u.socks, u.inh, u.pred = nil, nil, nil
+	u.mu.Unlock()
+	if srv != nil {
+		srv.close()
+	}
+	if pred != nil {
+		pred.Close()
+	}
+	closeSockets(socks)
+	for _, s := range inh {
+		closeFDs([]int{s.fd})
+	}
+	if u.act != nil {
+		u.act.Close()
+	}
+	return nil
+}
+
+func closeSockets(ss []*socket) {
+	for _, s := range ss {
+		closeFDs([]int{s.fd})
+	}
+}

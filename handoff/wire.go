@@ -1,0 +1,209 @@
+package handoff
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Protocol constants. See doc.go for the wire format.
+const (
+	// Version is the protocol version this package speaks.
+	Version = 1
+	// MaxFrame is the largest frame payload accepted, in bytes.
+	MaxFrame = 1 << 20
+	// MaxSockets is the largest number of sockets one offer may declare.
+	MaxSockets = 4096
+	// BatchFDs is the most fds sent in one SCM_RIGHTS message (SCM_MAX_FD).
+	BatchFDs = 253
+
+	headerLen = 4
+	maxName   = 255
+	maxAddr   = 255
+)
+
+// Frame types.
+const (
+	typeHello = "hello"
+	typeOffer = "offer"
+	typeFDs   = "fds"
+	typeAck   = "ack"
+	typeReady = "ready"
+	typeDone  = "done"
+	typeError = "error"
+)
+
+// Roles announced in hello.
+const (
+	roleSuccessor = "successor"
+	roleObserver  = "observer"
+	rolePredecessor = "predecessor"
+)
+
+// Socket kinds.
+const (
+	kindTCP  = "tcp-listener"
+	kindUDP  = "udp"
+	kindUnix = "unix-listener"
+)
+
+// Error codes carried by error frames.
+const (
+	codeVersion    = "version"
+	codeInProgress = "in_progress"
+	codePermission = "permission"
+	codeProtocol   = "protocol"
+	codeValidation = "validation"
+	codeInternal   = "internal"
+)
+
+// frame is one decoded message; which fields are set depends on Type.
+type frame struct {
+	Type string `json:"type"`
+	// hello
+	Version    int    `json:"version,omitempty"`
+	Role       string `json:"role,omitempty"`
+	PID        int    `json:"pid,omitempty"`
+	UID        uint32 `json:"uid,omitempty"`
+	Generation uint64 `json:"generation,omitempty"`
+	LastError  string `json:"last_error,omitempty"`
+	Failures   uint64 `json:"failures,omitempty"`
+	// offer
+	Sockets []socketInfo `json:"sockets,omitempty"`
+	// fds: First is the index in the offer of the first fd of this batch.
+	First int `json:"first,omitempty"`
+	Count int `json:"count,omitempty"`
+	// ack
+	Received int `json:"received,omitempty"`
+	// error
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// socketInfo is one offered socket.
+type socketInfo struct {
+	Name    string `json:"name"`
+	Kind    string `json:"kind"`
+	Network string `json:"network"`
+	Address string `json:"address"`
+	Digest  string `json:"digest,omitempty"`
+}
+
+// encodeFrame returns the header and payload of f.
+func encodeFrame(f *frame) ([]byte, error) {
+	body, err := json.Marshal(f)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > MaxFrame {
+		return nil, &FrameError{Err: ErrFrameTooLarge, Detail: fmt.Sprintf("%d bytes", len(body))}
+	}
+	b := make([]byte, headerLen, headerLen+len(body))
+	binary.BigEndian.PutUint32(b, uint32(len(body)))
+	return append(b, body...), nil
+}
+
+// frameLen parses a header.
+func frameLen(h []byte) (int, error) {
+	n := binary.BigEndian.Uint32(h)
+	if n > MaxFrame {
+		return 0, &FrameError{Err: ErrFrameTooLarge, Detail: fmt.Sprintf("header announces %d bytes, limit %d", n, MaxFrame)}
+	}
+	if n == 0 {
+		return 0, &FrameError{Err: ErrProtocol, Detail: "empty frame"}
+	}
+	return int(n), nil
+}
+
+// decode parses a whole frame, header included, and checks its fields.
+func decode(b []byte) (*frame, error) {
+	if len(b) < headerLen {
+		return nil, &FrameError{Err: ErrTruncated, Detail: fmt.Sprintf("%d header bytes", len(b))}
+	}
+	n, err := frameLen(b[:headerLen])
+	if err != nil {
+		return nil, err
+	}
+	if len(b)-headerLen != n {
+		return nil, &FrameError{Err: ErrTruncated, Detail: fmt.Sprintf("header announces %d bytes, got %d", n, len(b)-headerLen)}
+	}
+	return decodeBody(b[headerLen:])
+}
+
+// decodeBody parses and checks a frame payload.
+func decodeBody(body []byte) (*frame, error) {
+	var f frame
+	if err := json.Unmarshal(body, &f); err != nil {
+		return nil, &FrameError{Err: ErrProtocol, Detail: "bad json: " + err.Error()}
+	}
+	if err := f.check(); err != nil {
+		return nil, &FrameError{Type: f.Type, Err: ErrProtocol, Detail: err.Error()}
+	}
+	return &f, nil
+}
+
+// check validates the fields a frame of its type must have.
+func (f *frame) check() error {
+	switch f.Type {
+	case typeHello:
+		if f.Role != roleSuccessor && f.Role != roleObserver && f.Role != rolePredecessor {
+			return fmt.Errorf("unknown role %q", f.Role)
+		}
+		if f.PID <= 0 {
+			return fmt.Errorf("pid %d", f.PID)
+		}
+	case typeOffer:
+		if len(f.Sockets) > MaxSockets {
+			return fmt.Errorf("%d sockets, limit %d", len(f.Sockets), MaxSockets)
+		}
+		seen := make(map[string]bool, len(f.Sockets))
+		for _, s := range f.Sockets {
+			if err := s.check(); err != nil {
+				return err
+			}
+			if seen[s.Name] {
+				return fmt.Errorf("socket name %q offered twice", s.Name)
+			}
+			seen[s.Name] = true
+		}
+	case typeFDs:
+		if f.Count < 1 || f.Count > BatchFDs || f.First < 0 || f.First > MaxSockets {
+			return fmt.Errorf("fds batch first=%d count=%d", f.First, f.Count)
+		}
+	case typeAck:
+		if f.Received < 0 || f.Received > MaxSockets {
+			return fmt.Errorf("ack of %d", f.Received)
+		}
+	case typeReady, typeDone:
+	case typeError:
+		if f.Code == "" {
+			return fmt.Errorf("error frame without code")
+		}
+	default:
+		return fmt.Errorf("unknown frame type %q", f.Type)
+	}
+	return nil
+}
+
+func (s *socketInfo) check() error {
+	if s.Name == "" || len(s.Name) > maxName || !utf8.ValidString(s.Name) {
+		return fmt.Errorf("bad socket name %q", s.Name)
+	}
+	if len(s.Address) > maxAddr || len(s.Digest) > 64 {
+		return fmt.Errorf("socket %q: address or digest too long", s.Name)
+	}
+	ok := false
+	switch s.Kind {
+	case kindTCP:
+		ok = s.Network == "tcp" || s.Network == "tcp4" || s.Network == "tcp6"
+	case kindUDP:
+		ok = s.Network == "udp" || s.Network == "udp4" || s.Network == "udp6"
+	case kindUnix:
+		ok = s.Network == "unix"
+	}
+	if !ok {
+		return fmt.Errorf("socket %q: kind %q with network %q", s.Name, s.Kind, s.Network)
+	}
+	return nil
+}
