@@ -27,13 +27,12 @@
 // it listens, then sends SIGTERM to the worker it replaces, and waits for it
 // to exit before the next one: the group never shrinks.
 //
-// A worker stops in the order that loses nothing (KERNEL.md, "What Go's
-// net/http does at shutdown"): it closes its listener first, so the kernel
-// migrates the connections still in its accept queue to a sibling
-// (tcp_migrate_req=1); then it waits until every connection it had accepted has
-// had its first request read; only then does it call http.Server.Shutdown,
-// which answers the requests in flight and closes idle connections. Shutdown
-// alone would drop the request of a connection accepted just before it
-// (golang/go#65802). Package drain, when ready, does the listener part with a
-// report; this example keeps to net/http and reuseport.
+// A worker stops with drain.Server, in the order that loses nothing
+// (KERNEL.md, "What Go's net/http does at shutdown"): its listener stops first,
+// so the kernel migrates the connections still in its accept queue to a
+// sibling (tcp_migrate_req=1); then every connection it had accepted gets its
+// request answered; only then does http.Server.Shutdown run. Shutdown alone
+// would drop the request of a connection accepted just before it
+// (golang/go#65802). The drain's report (queued, migrated, accepted, reset) is
+// logged when the worker stops.
 package main

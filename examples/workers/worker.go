@@ -2,16 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
+	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
 )
@@ -70,7 +71,7 @@ func workerMain() int {
 	fmt.Fprintln(ready, "ready")
 	ready.Close()
 
-	if err := serve(ctx, ln, handler(gen, slot, work), grace); err != nil {
+	if err := serve(ctx, ln, handler(gen, slot, work), grace, log); err != nil {
 		log.Error("serve", zap.Error(err))
 		return 1
 	}
@@ -96,12 +97,13 @@ func handler(gen, slot int, work time.Duration) http.Handler {
 	})
 }
 
-// serve serves HTTP on ln until ctx ends, then stops within grace: close the
-// listener (its queue migrates to the siblings), wait until every accepted
-// connection's first request has been read, then Shutdown.
-func serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
-	var fresh freshConns
-	srv := &http.Server{Handler: h, ConnState: fresh.track, ReadHeaderTimeout: grace}
+// serve serves HTTP on ln until ctx ends, then drains within grace: readiness
+// fails, the listener stops without losing its queue (with siblings and
+// tcp_migrate_req=1 it migrates to them), every accepted connection's request
+// is answered, and only then http.Server.Shutdown runs. The drain's report is
+// logged once.
+func serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration, log *zap.Logger) error {
+	srv := &drain.Server{HTTP: &http.Server{Handler: h, ReadHeaderTimeout: grace}, Logger: log}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -111,47 +113,9 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	ln.Close()
-	<-served // Serve has returned: every connection it accepted is tracked
-	fresh.wait(stopCtx)
-	return srv.Shutdown(stopCtx)
-}
-
-// freshConns counts the accepted connections whose first request has not been
-// read yet: http.Server.Shutdown would close them unanswered (golang/go#65802).
-type freshConns struct {
-	mu  sync.Mutex
-	set map[net.Conn]bool
-}
-
-func (f *freshConns) track(c net.Conn, s http.ConnState) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.set == nil {
-		f.set = map[net.Conn]bool{}
+	_, err := srv.Shutdown(stopCtx)
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
 	}
-	if s == http.StateNew {
-		f.set[c] = true
-	} else {
-		delete(f.set, c)
-	}
-}
-
-// wait returns when no fresh connection is left, or ctx ends.
-func (f *freshConns) wait(ctx context.Context) {
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		f.mu.Lock()
-		n := len(f.set)
-		f.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	return err
 }

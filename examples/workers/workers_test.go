@@ -258,7 +258,7 @@ func Example_serve() {
 		fmt.Println(err)
 		return
 	}
-	if err := serve(ctx, ln, handler(1, 0, 0), 10*time.Second); err != nil {
+	if err := serve(ctx, ln, handler(1, 0, 0), 10*time.Second, nil); err != nil {
 		fmt.Println(err)
 	}
 }
