@@ -1,0 +1,216 @@
+package steer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/reuseport/steer"
+)
+
+// The first member creates and pins the group under <dir>/<netns>/<ip>-<port>;
+// the second opens the pins and takes the next slot; the last Close removes
+// the pins.
+func TestJoinPinsAndSlots(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		dir := bpffs(t)
+		cfg := &steer.Config{Dir: dir}
+		a := listen(t, "127.0.0.1:0", reuseport.Options{})
+		b := listen(t, a.Addr().String(), reuseport.Options{})
+		ma, err := cfg.Join(context.Background(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mb, err := cfg.Join(context.Background(), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, _ := os.Readlink("/proc/self/ns/net") // net:[inode]
+		inode := strings.TrimSuffix(strings.TrimPrefix(ns, "net:["), "]")
+		want := filepath.Join(dir, inode, strings.NewReplacer(".", "_", ":", "-").Replace(a.Addr().String()))
+		if ma.Group().Dir() != want {
+			t.Fatalf("group dir %s, want %s", ma.Group().Dir(), want)
+		}
+		for _, p := range []string{"prog", "sockets", "slots", "counters", "cookies", "config"} {
+			if _, err := os.Stat(filepath.Join(want, p)); err != nil {
+				t.Fatalf("pin %s: %v", p, err)
+			}
+		}
+		if ma.Slot() != 0 || mb.Slot() != 1 {
+			t.Fatalf("slots %d, %d, want 0, 1", ma.Slot(), mb.Slot())
+		}
+		slots, err := ma.Group().Slots()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(slots) != steer.DefaultSlots {
+			t.Fatalf("%d slots, want %d", len(slots), steer.DefaultSlots)
+		}
+		for i, s := range slots[:2] {
+			if s.State != steer.Live || s.Weight != steer.DefaultWeight || s.Cookie == 0 || s.Class != steer.ClassOf(a.Digest()) {
+				t.Fatalf("slot %d = %+v, want live, weight %d, a cookie, class %d", i, s, steer.DefaultWeight, steer.ClassOf(a.Digest()))
+			}
+		}
+		if slots[2].State != steer.Free {
+			t.Fatalf("slot 2 = %+v, want free", slots[2])
+		}
+		a.Close()
+		if err := ma.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := ma.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(want, "prog")); err != nil {
+			t.Fatalf("pins gone while a member remains: %v", err)
+		}
+		b.Close()
+		if err := mb.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if left := pins(t, dir); len(left) != 0 {
+			t.Fatalf("pins left after the last member: %v", left)
+		}
+	})
+}
+
+// Bad input gives typed errors, leaves no pins, and (checked by Run) no fds.
+func TestErrors(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		ctx := context.Background()
+		l := listen(t, "127.0.0.1:0", reuseport.Options{})
+
+		// No bpffs: a plain directory.
+		plain := t.TempDir()
+		_, err := (&steer.Config{Dir: plain}).Join(ctx, l)
+		if !errors.Is(err, steer.ErrNoBPFFS) {
+			t.Fatalf("join on a plain directory: %v, want ErrNoBPFFS", err)
+		}
+		isOp(t, err, "steer join")
+		if left := pins(t, plain); len(left) != 0 {
+			t.Fatalf("left behind: %v", left)
+		}
+
+		dir := bpffs(t)
+		cfg := &steer.Config{Dir: dir, Slots: 2}
+
+		// MPTCP listener.
+		mp, err := (&reuseport.Config{MPTCP: true, Migration: reuseport.MigrationIgnore}).Listen(ctx, "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mp.Close()
+		_, err = cfg.Join(ctx, mp)
+		if !errors.Is(err, reuseport.ErrNotSupported) || !errors.Is(err, syscall.EOPNOTSUPP) {
+			t.Fatalf("join MPTCP: %v, want ErrNotSupported and EOPNOTSUPP", err)
+		}
+		isOp(t, err, "steer join")
+
+		// Out of range configuration.
+		if _, err := (&steer.Config{Dir: dir, Slots: steer.MaxSlots + 1}).Join(ctx, l); !errors.Is(err, steer.ErrBadSlot) {
+			t.Fatalf("Slots %d: %v, want ErrBadSlot", steer.MaxSlots+1, err)
+		}
+		if left := pins(t, dir); len(left) != 0 {
+			t.Fatalf("left behind: %v", left)
+		}
+
+		// No group yet.
+		if _, err := cfg.Open(ctx, l.Addr().String()); !errors.Is(err, steer.ErrNoGroup) {
+			t.Fatalf("open before any member: %v, want ErrNoGroup", err)
+		}
+
+		// Slot table full; a slot whose socket closed is freed by the next Join.
+		m0 := join(t, cfg, l)
+		l1 := listen(t, l.Addr().String(), reuseport.Options{})
+		join(t, cfg, l1)
+		l2 := listen(t, l.Addr().String(), reuseport.Options{})
+		_, err = cfg.Join(ctx, l2)
+		if !errors.Is(err, steer.ErrSlotsFull) {
+			t.Fatalf("third join into 2 slots: %v, want ErrSlotsFull", err)
+		}
+		isOp(t, err, "steer join")
+		l1.Close()
+		m2 := join(t, cfg, l2)
+		if m2.Slot() != 1 {
+			t.Fatalf("slot %d, want 1 (freed by the closed socket)", m2.Slot())
+		}
+
+		// Setters.
+		g := m0.Group()
+		for name, err := range map[string]error{
+			"weight":   g.SetWeight(0, steer.MaxWeight+1),
+			"slot -1":  g.SetDraining(-1, true),
+			"slot 2":   g.SetLoad(2, 1),
+			"mismatch": g.SetMismatch(7),
+		} {
+			if !errors.Is(err, steer.ErrBadSlot) {
+				t.Fatalf("%s: %v, want ErrBadSlot", name, err)
+			}
+		}
+		other := listen(t, "127.0.0.1:0", reuseport.Options{})
+		if err := g.MarkDraining(other); !errors.Is(err, steer.ErrNotMember) {
+			t.Fatalf("MarkDraining(non-member): %v, want ErrNotMember", err)
+		}
+		if err := g.MarkDraining(l2); err != nil {
+			t.Fatal(err)
+		}
+		s, _ := g.Slots()
+		if s[1].State != steer.Draining || s[0].State != steer.Live {
+			t.Fatalf("states %v %v, want live draining", s[0].State, s[1].State)
+		}
+		m0.Close()
+		if err := g.SetDraining(0, true); !errors.Is(err, os.ErrClosed) && !strings.Contains(fmt.Sprint(err), "closed") {
+			t.Fatalf("SetDraining after Close: %v", err)
+		}
+	})
+}
+
+// A process without CAP_BPF gets an error matching ErrPermission and
+// os.ErrPermission, and leaves no pins.
+func TestNoCapability(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		dir := bpffs(t)
+		exe := netnstest.ExecutableCopy(t)
+		p := netnstest.StartHelper(t, "join-as-nobody", netnstest.HelperOptions{
+			Path:       exe,
+			Env:        []string{"ZD_DIR=" + dir},
+			Credential: &syscall.Credential{Uid: 65534, Gid: 65534},
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		out := readLine(t, p, 20*time.Second)
+		if err := p.Wait(ctx); err != nil {
+			t.Fatalf("helper: %v (said %q)", err, out)
+		}
+		if !strings.HasPrefix(out, "permission=true os=true op=true ") {
+			t.Fatalf("helper said %q", out)
+		}
+		t.Logf("as uid 65534: %s", out)
+		for _, f := range pins(t, dir) {
+			if st, err := os.Stat(f); err == nil && !st.IsDir() {
+				t.Fatalf("pin left behind: %s", f)
+			}
+		}
+	})
+}
+
+func joinAsNobody() {
+	l, err := (&reuseport.Config{Migration: reuseport.MigrationIgnore}).Listen(context.Background(), "tcp4", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println("listen:", err)
+		return
+	}
+	defer l.Close()
+	_, err = (&steer.Config{Dir: os.Getenv("ZD_DIR")}).Join(context.Background(), l)
+	var oe *net.OpError
+	fmt.Printf("permission=%v os=%v op=%v %v\n", errors.Is(err, steer.ErrPermission), errors.Is(err, os.ErrPermission), errors.As(err, &oe), err)
+}
