@@ -36,8 +36,8 @@ const (
 
 // Roles announced in hello.
 const (
-	roleSuccessor = "successor"
-	roleObserver  = "observer"
+	roleSuccessor   = "successor"
+	roleObserver    = "observer"
 	rolePredecessor = "predecessor"
 )
 

@@ -1,0 +1,207 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/reuseport"
+)
+
+// The successor is SIGKILLed holding the fds, before Ready: the predecessor
+// keeps serving without a failed request, Upgrade reports the failure with
+// its reason, and a later handoff succeeds.
+func TestSuccessorKilledBeforeReady(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		path := handoffPath(t)
+		old := startApp(t, path)
+		addr := old.expect(t, "ready")[3]
+		ld := startLoad(t, addr, 4)
+		ld.waitAnswers(t, 50)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_, err := Upgrade(ctx, path, func() error {
+			doomed := startApp(t, path, envMode+"=hold")
+			doomed.expect(t, "received")
+			ld.waitAnswers(t, 50)
+			doomed.Kill()
+			return nil
+		})
+		var ue *UpgradeError
+		if !errors.As(err, &ue) || ue.Generation != 1 || ue.Reason == "" {
+			t.Fatalf("Upgrade = %v, want *UpgradeError for generation 1 with a reason", err)
+		}
+		t.Logf("reported: %v", err)
+		ld.waitAnswers(t, 200)
+		next := startApp(t, path)
+		if f := next.expect(t, "ready"); f[1] != "2" || f[3] != addr {
+			t.Fatalf("later successor reports %v", f)
+		}
+		if f := old.expect(t, "exit"); f[1] != f[2] {
+			t.Fatalf("old exits with %s fds, started with %s", f[1], f[2])
+		}
+		ld.waitAnswers(t, 50)
+		ld.end()
+		ok, errs, _ := ld.snapshot()
+		t.Logf("%d requests answered, %d failed", ok, len(errs))
+		if len(errs) != 0 {
+			t.Fatalf("%d failed requests, first: %v", len(errs), errs[0])
+		}
+	})
+}
+
+// The predecessor is SIGKILLed after its first batch of fds: New closes what
+// it received, falls back to fresh listeners, and serves.
+func TestPredecessorKilledMidTransfer(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		path := handoffPath(t)
+		old := startApp(t, path, envMode+"=pause", envN+"=300")
+		old.expect(t, "ready")
+		ctx := context.Background()
+		type result struct {
+			u   *Upgrader
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			u, err := New(ctx, Config{Path: path})
+			done <- result{u, err}
+		}()
+		old.expect(t, "paused")
+		old.Kill()
+		var r result
+		select {
+		case r = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("New did not return 30 s after the predecessor died")
+		}
+		if r.err != nil {
+			t.Fatalf("New: %v", r.err)
+		}
+		defer r.u.Close()
+		if fb := r.u.FallbackReason(); fb == nil || !predecessorGone(fb) {
+			t.Fatalf("FallbackReason = %v, want the lost connection", fb)
+		}
+		ln, err := r.u.Listen(ctx, "http", "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		if _, ok := ln.(*reuseport.Listener); !ok {
+			t.Fatalf("listener %T, want a fresh *reuseport.Listener", ln)
+		}
+		if err := r.u.Ready(); err != nil {
+			t.Fatal(err)
+		}
+		serveOnce(t, ln, r.u.Generation())
+		if st, ok, err := Observe(ctx, path); err != nil || !ok || st.Generation != r.u.Generation() {
+			t.Fatalf("Observe = %+v %v %v", st, ok, err)
+		}
+	})
+}
+
+// serveOnce makes one request to ln and serves it.
+func serveOnce(t *testing.T, ln net.Listener, gen uint64) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		g, err := request(ln.Addr().String())
+		if err == nil && g != gen {
+			err = errors.New("answered by generation " + strconv.FormatUint(g, 10))
+		}
+		errc <- err
+	}()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 2)
+	if _, err := c.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("gen " + strconv.FormatUint(gen, 10) + "\n"))
+	c.Close()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two successors at once: exactly one wins, the other is told
+// ErrHandoffInProgress.
+func TestTwoSuccessors(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		ctx := context.Background()
+		path := handoffPath(t)
+		old := mustReady(t, Config{Path: path}, 1)
+		defer old.Close()
+		hold, release := make(chan int, 1), make(chan struct{})
+		testHookBatchSent = func(first int) { hold <- first; <-release }
+		defer func() { testHookBatchSent = nil }()
+		type result struct {
+			u   *Upgrader
+			err error
+		}
+		first := make(chan result, 1)
+		go func() { u, err := New(ctx, Config{Path: path}); first <- result{u, err} }()
+		<-hold // the first successor is mid-transfer
+		_, err := New(ctx, Config{Path: path})
+		close(release)
+		if !errors.Is(err, ErrHandoffInProgress) {
+			t.Fatalf("second successor: %v, want ErrHandoffInProgress", err)
+		}
+		var oe *net.OpError
+		if !errors.As(err, &oe) || oe.Op != "handoff" || oe.Addr.String() != path {
+			t.Fatalf("error %#v, want *net.OpError handoff %s", err, path)
+		}
+		t.Logf("second successor: %v", err)
+		r := <-first
+		if r.err != nil {
+			t.Fatalf("first successor: %v", r.err)
+		}
+		defer r.u.Close()
+		ln, err := r.u.Listen(ctx, "l0", "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		if err := r.u.Ready(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-old.Exit():
+		case <-time.After(10 * time.Second):
+			t.Fatal("predecessor's Exit not closed")
+		}
+		if r.u.Generation() != 2 {
+			t.Fatalf("generation %d, want 2", r.u.Generation())
+		}
+	})
+}
+
+// mustReady starts a generation with n TCP listeners "l0".. and calls Ready.
+func mustReady(t *testing.T, cfg Config, n int) *Upgrader {
+	t.Helper()
+	ctx := context.Background()
+	u, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		ln, err := u.Listen(ctx, "l"+strconv.Itoa(i), "tcp4", "127.0.0.1:0")
+		if err != nil {
+			u.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+	}
+	if err := u.Ready(); err != nil {
+		u.Close()
+		t.Fatal(err)
+	}
+	return u
+}
