@@ -56,12 +56,11 @@ func Example() {
 	// note: could not read the fds of 1 process(es) [1] (another user's, without root?): PIDs may be missing
 	//
 	// counters: TCPMigrateReqSuccess 20  TCPMigrateReqFailure 0  ListenOverflows 7  ListenDrops 7  OutRsts 5  EstabResets 0
-	//   These are namespace-wide totals. TCPMigrateReqSuccess/Failure count accept-queue migrations only
-	//   while tcp_migrate_req=1 or an eBPF program migrates: with migration off, a closing member's queue
-	//   is reset and only the generic Tcp.OutRsts and Tcp.EstabResets move, so zeros there prove nothing.
-	//   Success also counts MPTCP connections the kernel fast-closed. ListenOverflows/ListenDrops count
-	//   SYNs dropped by a full queue (the client retries about 1 s later); only a rise between two reads
-	//   (--watch) says it happens now.
+	//   Namespace-wide totals. With tcp_migrate_req=0 a closed member's queue is reset and only
+	//   OutRsts/EstabResets move: zero migration counters then prove nothing. TCPMigrateReqSuccess also
+	//   counts MPTCP connections the kernel fast-closed. ListenOverflows/ListenDrops are SYNs dropped by a
+	//   full queue (the client retries about 1 s later); only a rise between two reads (--watch) means it
+	//   happens now.
 	//
 	// migration-disabled: reuseport groups exist (127.0.0.1:8080 with 2 listeners) and net.ipv4.tcp_migrate_req is 0: closing a member resets every connection in its accept queue, and no TcpExt counter shows it (only Tcp.OutRsts)
 	//   fix: sysctl -w net.ipv4.tcp_migrate_req=1 in this network namespace (persist it in /etc/sysctl.d/), or drain each member's queue before closing it

@@ -13,11 +13,10 @@ const (
 )
 
 // countersMeaning says what the counters do and do not prove.
-const countersMeaning = "These are namespace-wide totals. TCPMigrateReqSuccess/Failure count accept-queue migrations " +
-	"only while tcp_migrate_req=1 or an eBPF program migrates: with migration off, a closing member's queue is reset " +
-	"and only the generic Tcp.OutRsts and Tcp.EstabResets move, so zeros there prove nothing. Success also counts " +
-	"MPTCP connections the kernel fast-closed. ListenOverflows/ListenDrops count SYNs dropped by a full queue " +
-	"(the client retries about 1 s later); only a rise between two reads (--watch) says it happens now."
+const countersMeaning = "Namespace-wide totals. With tcp_migrate_req=0 a closed member's queue is reset and only " +
+	"OutRsts/EstabResets move: zero migration counters then prove nothing. TCPMigrateReqSuccess also counts MPTCP " +
+	"connections the kernel fast-closed. ListenOverflows/ListenDrops are SYNs dropped by a full queue (the client " +
+	"retries about 1 s later); only a rise between two reads (--watch) means it happens now."
 
 // diagnose names what is wrong in r.
 func diagnose(r *report) []problem {
