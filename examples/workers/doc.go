@@ -12,7 +12,8 @@
 // In another terminal:
 //
 //	while true; do curl -s http://127.0.0.1:8080/; done   # "generation 1 worker 2 pid 4242"
-//	sudo kill -HUP $(pgrep -n workers)                    # rolling restart: generation 2
+//	curl -s http://127.0.0.1:8080/ready                   # "ok" (503 from a worker that drains)
+//	sudo kill -HUP $(pgrep -o workers)                    # the supervisor: rolling restart, generation 2
 //	sudo go run ./cmd/zerodrop doctor --port 8080         # the group, its queues, the sysctl
 //
 // Ctrl-C (SIGINT) or SIGTERM stops every worker gracefully and exits.

@@ -103,7 +103,10 @@ func handler(gen, slot int, work time.Duration) http.Handler {
 // is answered, and only then http.Server.Shutdown runs. The drain's report is
 // logged once.
 func serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration, log *zap.Logger) error {
-	srv := &drain.Server{HTTP: &http.Server{Handler: h, ReadHeaderTimeout: grace}, Logger: log}
+	mux := http.NewServeMux()
+	srv := &drain.Server{HTTP: &http.Server{Handler: mux, ReadHeaderTimeout: grace}, Logger: log}
+	mux.Handle("/ready", srv.Ready()) // 503 once the drain has begun
+	mux.Handle("/", h)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
