@@ -6,6 +6,8 @@ import (
 
 // Offsets in struct sk_reuseport_md (include/uapi/linux/bpf.h).
 const (
+	mdData        = 0
+	mdDataEnd     = 8
 	mdSk          = 40
 	mdMigratingSk = 48
 )
@@ -100,6 +102,29 @@ func selectSlot(reg asm.Register, fail string) asm.Instructions {
 	}
 }
 
+// onlySYN jumps to other unless the packet (ctx in R6, data at the TCP header)
+// is a SYN without ACK: the program also runs for segments that found no
+// connection (a late ACK or FIN), which are selections but no connection.
+func onlySYN(other string) asm.Instructions {
+	return asm.Instructions{
+		asm.LoadMem(asm.R1, asm.R6, mdData, asm.DWord),
+		asm.LoadMem(asm.R2, asm.R6, mdDataEnd, asm.DWord),
+		asm.Mov.Reg(asm.R3, asm.R1),
+		asm.Add.Imm(asm.R3, tcpHeaderFlags+1),
+		asm.JGT.Reg(asm.R3, asm.R2, other),
+		asm.LoadMem(asm.R1, asm.R1, tcpHeaderFlags, asm.Byte),
+		asm.And.Imm(asm.R1, tcpSYN|tcpACK),
+		asm.JNE.Imm(asm.R1, tcpSYN, other),
+	}
+}
+
+// The flags byte of the TCP header.
+const (
+	tcpHeaderFlags = 13
+	tcpSYN         = 0x02
+	tcpACK         = 0x10
+)
+
 // newConn picks a live slot at random with probability weight/sum: pass one
 // sums the weights in R9, pass two walks them with a random number below the
 // sum. No live weight, or a refused selection, leaves the choice to the hash.
@@ -133,6 +158,7 @@ func newConn(n int32) asm.Instructions {
 	sel := selectSlot(asm.R8, "pass")
 	sel[0] = sel[0].WithSymbol("picked")
 	p = append(p, sel...)
+	p = append(p, onlySYN("pass")...)
 	p = append(p, count(fpSelect, offSteered, "steered")...)
 	p = append(p, asm.Ja.Label("pass"))
 	return p
