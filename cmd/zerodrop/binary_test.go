@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,7 +19,11 @@ import (
 func TestBinary(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
 		bin := filepath.Join(t.TempDir(), "zerodrop")
-		build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
+		gocmd, err := exec.LookPath("go") // go test puts GOROOT/bin first in PATH
+		if err != nil {
+			t.Fatal(err)
+		}
+		build := exec.Command(gocmd, "build", "-o", bin, ".")
 		build.Env = append(os.Environ(), "GOPROXY=off") // everything is in the module cache
 		if out, err := build.CombinedOutput(); err != nil {
 			t.Fatalf("go build: %v\n%s", err, out)
