@@ -43,6 +43,7 @@ type worker struct {
 	stdin io.WriteCloser
 	name  string
 	slot  string // as reported at start, "-" in plain mode
+	addr  string // where it listens
 }
 
 // startWorker starts a worker on addr; mode is "steer" (joins the group in
@@ -57,7 +58,7 @@ func startWorker(tb testing.TB, name, mode, dir, addr string) *worker {
 	tb.Cleanup(func() { w.Close() })
 	wk := &worker{p: p, stdin: w, name: name}
 	line := readLine(tb, p, 20*time.Second)
-	if _, err := fmt.Sscanf(line, "ready %s", &wk.slot); err != nil {
+	if _, err := fmt.Sscanf(line, "ready %s %s", &wk.slot, &wk.addr); err != nil {
 		tb.Fatalf("worker %s said %q", name, line)
 	}
 	return wk
@@ -83,7 +84,7 @@ func workerMain() {
 		fmt.Println("error", err)
 		return
 	}
-	fmt.Println("ready", s.slot())
+	fmt.Println("ready", s.slot(), s.addr)
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		switch in.Text() {
