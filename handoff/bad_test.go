@@ -230,7 +230,10 @@ func TestBadBytesFromPredecessor(t *testing.T) {
 		tcpFD, udpFD := mustDup(t, tcp), mustDup(t, udp)
 		defer closeFDs([]int{tcpFD, udpFD})
 		hello := &frame{Type: typeHello, Version: Version, Role: rolePredecessor, PID: os.Getpid(), Generation: 4}
-		offer := func(c *conn, infos ...socketInfo) { c.send(hello, nil); c.send(&frame{Type: typeOffer, Sockets: infos}, nil) }
+		offer := func(c *conn, infos ...socketInfo) {
+			c.send(hello, nil)
+			c.send(&frame{Type: typeOffer, Sockets: infos}, nil)
+		}
 		other := good
 		other.Name = "other"
 		for _, tc := range []struct {

@@ -1,0 +1,103 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
+)
+
+const nobody = 65534
+
+// A peer with another uid is refused in both directions, with a *PeerError
+// naming it, and the server keeps serving.
+func TestOtherUIDRefused(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		exe := netnstest.ExecutableCopy(t)
+		cred := &syscall.Credential{Uid: nobody, Gid: nobody}
+		t.Run("successor as nobody", func(t *testing.T) {
+			path := fmt.Sprintf("@zerodrop-test-%d-a", os.Getpid())
+			core, logs := observer.New(zap.InfoLevel)
+			old := mustReady(t, Config{Path: path, Logger: zap.New(core)}, 1)
+			defer old.Close()
+			p := netnstest.StartHelper(t, "app", netnstest.HelperOptions{Path: exe, Credential: cred, Env: []string{envPath + "=" + path}})
+			a := &appProc{Proc: p, lines: lines(p.Stdout)}
+			f := a.expect(t, "error")
+			if msg := strings.Join(f, " "); !strings.Contains(msg, "peer credentials refused: pid ") || !strings.Contains(msg, " uid 0 ") {
+				t.Fatalf("successor said %q, want it to refuse uid 0", msg)
+			}
+			var pe *PeerError
+			if err := loggedError(t, logs); !errors.As(err, &pe) || pe.UID != nobody || int(pe.PID) != p.Cmd.Process.Pid {
+				t.Fatalf("predecessor logged %v, want a *PeerError for uid %d pid %d", err, nobody, p.Cmd.Process.Pid)
+			}
+			if st, ok, err := Observe(context.Background(), path); err != nil || !ok || st.Generation != 1 {
+				t.Fatalf("Observe = %+v %v %v", st, ok, err)
+			}
+		})
+		t.Run("predecessor as nobody", func(t *testing.T) {
+			path := fmt.Sprintf("@zerodrop-test-%d-b", os.Getpid())
+			p := netnstest.StartHelper(t, "app", netnstest.HelperOptions{Path: exe, Credential: cred, Env: []string{envPath + "=" + path}})
+			a := &appProc{Proc: p, lines: lines(p.Stdout)}
+			addr := a.expect(t, "ready")[3]
+			before := netnstest.FDCount(t)
+			_, err := New(context.Background(), Config{Path: path})
+			var pe *PeerError
+			if !errors.As(err, &pe) || !errors.Is(err, ErrPeerRefused) || pe.UID != nobody || int(pe.PID) != p.Cmd.Process.Pid {
+				t.Fatalf("New: %v, want a *PeerError for uid %d", err, nobody)
+			}
+			t.Logf("%v", err)
+			settleFDs(t, before)
+			if g, err := request(addr); err != nil || g != 1 {
+				t.Fatalf("request after the refusal: generation %d, %v", g, err)
+			}
+		})
+	})
+}
+
+func lines(r *os.File) chan string {
+	ch := make(chan string, 16)
+	go func() {
+		defer close(ch)
+		buf := make([]byte, 0, 4096)
+		tmp := make([]byte, 1024)
+		for i := 0; i < 100000; i++ {
+			n, err := r.Read(tmp)
+			buf = append(buf, tmp[:n]...)
+			for {
+				j := strings.IndexByte(string(buf), '\n')
+				if j < 0 {
+					break
+				}
+				ch <- string(buf[:j])
+				buf = buf[j+1:]
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+func TestAllowed(t *testing.T) {
+	me := uint32(os.Geteuid())
+	if err := allowed(&unix.Ucred{Uid: me}, nil); err != nil {
+		t.Fatal(err)
+	}
+	err := allowed(&unix.Ucred{Pid: 9, Uid: me + 1}, nil)
+	var pe *PeerError
+	if !errors.As(err, &pe) || pe.UID != me+1 || pe.PID != 9 || len(pe.Allowed) != 1 {
+		t.Fatalf("%v", err)
+	}
+	if err := allowed(&unix.Ucred{Uid: me + 1}, []uint32{me + 1}); err != nil {
+		t.Fatal(err)
+	}
+}
