@@ -1,11 +1,71 @@
-// Package systemd is the systemd side of a zero-downtime restart: socket
-// activation as a source of listeners, the sd_notify lifecycle, and the file
-// descriptor store that keeps listening sockets (and their accept queues) alive
-// across "systemctl restart".
+// Package systemd is the systemd side of a restart that loses no connection:
+// socket activation as a source of listeners, the sd_notify(3) lifecycle of a
+// service whose generations hand listeners to each other, and the file
+// descriptor store that keeps a listening socket (and its accept queue) open
+// while no process of the service runs.
 //
 // # Socket activation
 //
-// Activated reads LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES once, checks every
-// fd (open, a socket, close-on-exec set) and unsets the variables. Take hands
-// out one fd at a time, by FileDescriptorName= or by local address.
+// Activated reads LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES once, unsets them
+// so that children (a successor generation) do not inherit them, and checks
+// every fd 3.. before handing any out: it must be open, be a socket, and gets
+// FD_CLOEXEC. Each bad variable or fd is its own typed error (*EnvError,
+// *FDError) matching one sentinel (ErrListenPID, ErrListenFDs,
+// ErrListenFDNames, ErrFDMissing, ErrNotSocket); nothing is dropped silently,
+// unlike go-systemd's Listeners. Take hands out one fd at a time, by
+// FileDescriptorName= (LISTEN_FDNAMES) or by local address, and checks its kind
+// (listening TCP, UDP, unix); Listener also turns it into a net.Listener and,
+// given a reuseport.Config, compares its options with the digest a fresh
+// listener would have (CheckOptions), so a .socket unit that forgot
+// ReusePort=yes is reported instead of discovered later.
+//
+// Where listeners come from, in order: a predecessor generation handing them
+// over (package handoff), then systemd (Activated), then a fresh listen. The
+// first two never meet: LISTEN_* are unset by the first Activated, so a
+// successor started by a running generation sees no activation, and a process
+// started by systemd has no predecessor.
+//
+// # The notify lifecycle
+//
+// A Notifier (FromEnv: $NOTIFY_SOCKET, a path or an abstract "@name") sends
+// one datagram per call: Ready (READY=1, STATUS= naming the generation),
+// Reloading (RELOADING=1 with MONOTONIC_USEC, while a handoff runs), MainPID
+// (MAINPID=<successor>, once the successor serves), Stopping (STOPPING=1 when
+// draining starts), Status, and watchdog pings (StartWatchdog honours
+// WATCHDOG_USEC and WATCHDOG_PID; Pinger serves a successor). Outside systemd
+// FromEnv returns nil, and a nil Notifier's notifications are no-ops.
+//
+// # The fd store
+//
+// Store sends FDSTORE=1 and FDNAME= with the socket attached (SCM_RIGHTS);
+// systemd keeps a duplicate and passes it back, named, in LISTEN_FDS at the
+// next start, where Activated and Take find it. Remove sends FDSTOREREMOVE=1
+// (a final stop that should release the port). The unit needs:
+//
+//   - FileDescriptorStoreMax=N (default 0: systemd drops FDSTORE=1 messages
+//     without telling the sender);
+//   - FileDescriptorStorePreserve= (systemd 254+) only to change how long the
+//     store lives: "restart" (default) across restarts until the unit stops
+//     for good, "yes" until the unit is unloaded, "no" while active only;
+//   - NotifyAccess=all when a process other than the main one (a successor,
+//     an ExecReload= command) sends notifications or stores fds; "main", the
+//     Type=notify default, accepts only the main process.
+//
+// See examples/systemd for a .socket and a Type=notify .service.
+//
+// # Security
+//
+// The fds in LISTEN_FDS are trusted only when LISTEN_PID is this process: a
+// LISTEN_PID of another process means the variables leaked from a parent and
+// is an error (sd_listen_fds(3) would quietly ignore them). Sockets passed by
+// systemd belong to the uid that created them (root for system units), and
+// only sockets of one uid share a reuseport group (KERNEL.md).
+//
+// # Requirements
+//
+// Linux (the package builds on reuseport and x/sys/unix). Socket activation
+// and the notify protocol need nothing from the kernel beyond unix sockets
+// and SCM_RIGHTS; FDNAME= needs systemd 227+, FDSTOREREMOVE= 236+,
+// MONOTONIC_USEC (Type=notify-reload) 253+, FileDescriptorStorePreserve= 254+.
+// The package never installs signal handlers or exits.
 package systemd

@@ -86,9 +86,12 @@ func matching(err error) (is, types []string) {
 		}
 	}
 	var list []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok && fmt.Sprintf("%T", err) == "*errors.joinError" {
-		list = j.Unwrap()
-	} else if err != nil {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		if _, one := err.(*FDError); !one {
+			list = j.Unwrap() // errors.Join of several errors
+		}
+	}
+	if list == nil && err != nil {
 		list = []error{err}
 	}
 	for _, e := range list {
