@@ -64,6 +64,7 @@ const (
 	Draining State = 2 // takes nothing new; its queue is being emptied
 )
 
+// String returns "free", "live" or "draining".
 func (s State) String() string {
 	switch s {
 	case Free:
