@@ -15,6 +15,7 @@ type fleet struct {
 	env    []string // strategy, address, handoff path
 	stderr io.Writer
 	live   []*proc // serving now, by slot
+	next   *proc   // the next generation, started ahead of its restart
 	all    []*proc // every process started, killed at the end
 	gens   int     // generations started so far
 }
@@ -25,6 +26,11 @@ func (f *fleet) start(n int) error {
 		p, err := f.spawn()
 		if err != nil {
 			return err
+		}
+		if f.s.single {
+			if err := p.takeOver(); err != nil {
+				return err
+			}
 		}
 		f.live = append(f.live, p)
 	}
@@ -39,38 +45,46 @@ func (f *fleet) spawn() (*proc, error) {
 		return nil, err
 	}
 	f.all = append(f.all, p)
-	if _, err := p.waitReady(); err != nil {
+	if err := p.waitReady(); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// roll replaces the server in slot i%len(live) by a new generation: start
-// it, wait until it serves, then stop the old one (SIGTERM, or, for a single
-// server, the handoff tells it). mark is called at the moment the old one is
+// prepare starts the next generation ahead of its restart, so that a
+// restart's timing does not include a process start.
+func (f *fleet) prepare() error {
+	if f.next != nil {
+		return nil
+	}
+	p, err := f.spawn()
+	f.next = p
+	return err
+}
+
+// roll replaces the server in slot i%len(live) by the prepared generation:
+// for a group, it stops the old worker (SIGTERM) now that the new one
+// serves; for a single server, it tells the successor to take over, and the
+// handoff stops the old one. mark is called at the moment the old one is
 // told to stop. It returns the old server's report.
 func (f *fleet) roll(i int, mark func()) (*workerReport, error) {
 	if len(f.live) == 0 {
 		return nil, errors.New("no server to roll")
 	}
-	slot := i % len(f.live)
-	old := f.live[slot]
-	if f.s.single {
-		// Ready returns in the successor once the predecessor stopped
-		// accepting: mark when the successor is seen ready.
-		nw, err := f.spawn()
-		if err != nil {
-			return nil, err
-		}
-		mark()
-		f.live[slot] = nw
-		return old.stop(false)
-	}
-	nw, err := f.spawn()
-	if err != nil {
+	if err := f.prepare(); err != nil {
 		return nil, err
 	}
+	slot := i % len(f.live)
+	old, nw := f.live[slot], f.next
+	f.next = nil
 	f.live[slot] = nw
+	if f.s.single {
+		if err := nw.takeOver(); err != nil {
+			return nil, err
+		}
+		mark() // the successor's Ready returns once the predecessor stopped accepting
+		return old.stop(false)
+	}
 	mark()
 	return old.stop(true)
 }
@@ -79,12 +93,16 @@ func (f *fleet) roll(i int, mark func()) (*workerReport, error) {
 // returns the first error.
 func (f *fleet) stop() error {
 	var first error
-	for _, p := range f.live {
+	stopping := f.live
+	if f.next != nil {
+		stopping = append(stopping, f.next)
+	}
+	for _, p := range stopping {
 		if _, err := p.stop(true); err != nil && first == nil {
 			first = fmt.Errorf("final stop: %w", err)
 		}
 	}
-	f.live = nil
+	f.live, f.next = nil, nil
 	f.kill()
 	return first
 }

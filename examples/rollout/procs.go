@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,12 +23,13 @@ const (
 
 // proc is a worker process and what it said on stdout.
 type proc struct {
-	cmd    *exec.Cmd
-	ready  chan struct{} // closed at the ready line
-	exited chan struct{} // closed once reaped
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	ready    chan struct{} // closed at the ready line
+	switched chan struct{} // closed at the switched line
+	exited   chan struct{} // closed once reaped
 
 	mu     sync.Mutex
-	gen    int           // from the ready line
 	report *workerReport // from the report line
 	err    error         // from Wait
 }
@@ -45,10 +45,14 @@ func startProc(exe string, env []string, stderr io.Writer) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start worker: %w", err)
 	}
-	p := &proc{cmd: cmd, ready: make(chan struct{}), exited: make(chan struct{})}
+	p := &proc{cmd: cmd, stdin: in, ready: make(chan struct{}), switched: make(chan struct{}), exited: make(chan struct{})}
 	go p.read(out)
 	return p, nil
 }
@@ -57,17 +61,16 @@ func startProc(exe string, env []string, stderr io.Writer) (*proc, error) {
 func (p *proc) read(out io.Reader) {
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	ready := false
+	ready, switched := false, false
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
 		case strings.HasPrefix(line, lineReady+" ") && !ready:
-			gen, _ := strconv.Atoi(strings.TrimPrefix(line, lineReady+" "))
-			p.mu.Lock()
-			p.gen = gen
-			p.mu.Unlock()
 			ready = true
 			close(p.ready)
+		case line == lineSwitched && !switched:
+			switched = true
+			close(p.switched)
 		case strings.HasPrefix(line, lineReport):
 			var r workerReport
 			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, lineReport)), &r); err == nil {
@@ -78,6 +81,7 @@ func (p *proc) read(out io.Reader) {
 		}
 	}
 	io.Copy(io.Discard, out)
+	p.stdin.Close()
 	err := p.cmd.Wait()
 	p.mu.Lock()
 	p.err = err
@@ -85,20 +89,30 @@ func (p *proc) read(out io.Reader) {
 	close(p.exited)
 }
 
-// waitReady waits for the ready line and returns the generation it gave.
-func (p *proc) waitReady() (int, error) {
+// waitReady waits for the ready line.
+func (p *proc) waitReady() error { return p.wait(p.ready, "ready") }
+
+// takeOver tells a handoff successor to call Ready, and waits until it has
+// taken over from its predecessor.
+func (p *proc) takeOver() error {
+	if _, err := io.WriteString(p.stdin, lineGo+"\n"); err != nil {
+		return fmt.Errorf("worker %d: tell it to take over: %w", p.cmd.Process.Pid, err)
+	}
+	return p.wait(p.switched, "switched")
+}
+
+// wait waits, at most readyTimeout, for ch to close; else it kills the worker.
+func (p *proc) wait(ch <-chan struct{}, what string) error {
 	t := time.NewTimer(readyTimeout)
 	defer t.Stop()
 	select {
-	case <-p.ready:
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.gen, nil
+	case <-ch:
+		return nil
 	case <-p.exited:
-		return 0, fmt.Errorf("worker %d exited before it was ready: %v", p.cmd.Process.Pid, p.exitErr())
+		return fmt.Errorf("worker %d exited before it was %s: %v", p.cmd.Process.Pid, what, p.exitErr())
 	case <-t.C:
 		p.kill()
-		return 0, fmt.Errorf("worker %d not ready after %v", p.cmd.Process.Pid, readyTimeout)
+		return fmt.Errorf("worker %d not %s after %v", p.cmd.Process.Pid, what, readyTimeout)
 	}
 }
 

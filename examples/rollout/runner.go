@@ -57,8 +57,10 @@ func runAll(ctx context.Context, cfg config, stderr io.Writer) (*summary, error)
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
 	}
+	tty := isTerminal(stderr)
+	stderr = &syncWriter{w: stderr}
+	prog := &progress{w: stderr, tty: tty}
 	sum := newSummary(cfg)
-	prog := newProgress(stderr)
 	for _, name := range cfg.Strategies {
 		if ctx.Err() != nil {
 			break
@@ -99,6 +101,12 @@ func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, stder
 	if err := f.start(o.Workers); err != nil {
 		o.Errors = append(o.Errors, "start: "+err.Error())
 		return o
+	}
+	if cfg.Restarts > 0 { // the first successor, ready before the load starts
+		if err := f.prepare(); err != nil {
+			o.Errors = append(o.Errors, "start: "+err.Error())
+			return o
+		}
 	}
 	before, _ := reuseport.ReadCounters()
 	res, reports, err := drive(ctx, cfg, f, "http://"+addr+"/", prog)
@@ -180,6 +188,11 @@ func rollAll(ctx context.Context, cfg config, f *fleet, g *load.Generator, loadD
 			return reports, fmt.Errorf("restart %d: %w", i, err)
 		}
 		prog.restarted(i)
+		if i < cfg.Restarts {
+			if err := f.prepare(); err != nil {
+				return reports, fmt.Errorf("restart %d: %w", i+1, err)
+			}
+		}
 		t.Reset(max(0, time.Until(start.Add(time.Duration(i+1)*interval))))
 	}
 	return reports, nil
@@ -193,4 +206,17 @@ func freeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// syncWriter serialises writes: the workers' stderr and the progress line
+// share it.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

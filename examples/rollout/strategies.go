@@ -118,7 +118,8 @@ func serveMigrate(ctx context.Context, w worker) (workerReport, error) {
 // socket never closes, so nothing queued in it is lost.
 func serveHandoff(ctx context.Context, w worker) (workerReport, error) {
 	rep := workerReport{}
-	u, err := handoff.New(ctx, handoff.Config{Path: w.handoff})
+	// The successor is started ahead of its restart and waits for it.
+	u, err := handoff.New(ctx, handoff.Config{Path: w.handoff, ReadyTimeout: 15 * time.Minute})
 	if err != nil {
 		return rep, err
 	}
@@ -131,11 +132,8 @@ func serveHandoff(ctx context.Context, w worker) (workerReport, error) {
 	}
 	ds := &drain.Server{HTTP: newServer(gen)}
 	ready := func() error {
-		if err := u.Ready(); err != nil {
-			return err
-		}
-		w.ready(gen)
-		return nil
+		w.ready(gen) // serving the inherited socket, next to the predecessor
+		return w.takeOver(u.Ready)
 	}
 	// A SIGTERM also stops it (at the end of the run): then it is the last
 	// holder and the drain accepts what is queued.
@@ -170,7 +168,7 @@ func serveDrained(ds *drain.Server, ln net.Listener, ready func() error, stop <-
 	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr
 	}
-	if rerr != nil {
+	if rerr != nil && !errors.Is(rerr, context.Canceled) { // canceled: stopped before its turn
 		err = fmt.Errorf("ready: %w", rerr)
 	}
 	if r != nil {

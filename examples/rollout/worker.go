@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -21,11 +23,16 @@ const (
 	envHandoff  = "ZERODROP_ROLLOUT_HANDOFF" // handoff socket path
 )
 
-// Lines a worker writes on stdout: lineReady once it serves, lineReport and
-// a JSON workerReport once it has stopped.
+// The line protocol between runner and worker. On stdout the worker writes
+// lineReady once it serves, lineSwitched once it has taken over from its
+// predecessor (handoff), and lineReport with a JSON workerReport once it has
+// stopped. On stdin a handoff successor waits for lineGo before it calls
+// Ready, so the runner can start it ahead of the restart's moment.
 const (
-	lineReady  = "ready"
-	lineReport = "report "
+	lineReady    = "ready"
+	lineSwitched = "switched"
+	lineReport   = "report "
+	lineGo       = "go"
 )
 
 // stopTimeout bounds a worker's stop: listener drain plus HTTP shutdown.
@@ -39,6 +46,10 @@ type worker struct {
 	// ready tells the runner that this worker serves, and which generation
 	// it is.
 	ready func(gen int)
+	// takeOver waits for the runner's go (handoff), then calls ready and
+	// reports that this worker took over. It returns ctx.Err() if the worker
+	// is stopped first.
+	takeOver func(ready func() error) error
 }
 
 // workerReport is what a worker says about its stop. Queue figures come from
@@ -73,6 +84,16 @@ func workerMain(stdout, stderr io.Writer) int {
 	defer stop()
 	w := worker{gen: gen, addr: os.Getenv(envAddr), handoff: os.Getenv(envHandoff)}
 	w.ready = func(g int) { fmt.Fprintf(stdout, "%s %d\n", lineReady, g) }
+	w.takeOver = func(ready func() error) error {
+		if err := awaitGo(ctx, os.Stdin); err != nil {
+			return err
+		}
+		if err := ready(); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, lineSwitched)
+		return nil
+	}
 	rep, err := s.serve(ctx, w)
 	rep.PID = os.Getpid()
 	if err != nil {
@@ -85,6 +106,27 @@ func workerMain(stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// awaitGo waits for the runner's go line on r, or for ctx to end.
+func awaitGo(ctx context.Context, r io.Reader) error {
+	got := make(chan error, 1)
+	go func() { // blocks until the runner writes or we exit
+		line, err := bufio.NewReader(r).ReadString('\n')
+		if err == nil && strings.TrimSpace(line) != lineGo {
+			err = fmt.Errorf("got %q", line)
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			return fmt.Errorf("waiting for %q on stdin: %w", lineGo, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // handler answers every request with the worker's generation and pid, so the

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/load"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+)
+
+// TestMain lets the test binary play every role of the program: the tests
+// start it as the command, and the runner starts it as its workers.
+func TestMain(m *testing.M) {
+	if os.Getenv(envRole) != "" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	// Under -race, every process sleeps 1 s at exit by default: that would
+	// make each restart (which waits for the old worker) a second longer.
+	if os.Getenv("GORACE") == "" {
+		os.Setenv("GORACE", "atexit_sleep_ms=100")
+	}
+	os.Exit(m.Run())
+}
+
+// The harness sees a loss: under enough load, the close strategy fails
+// requests, while migrate and handoff fail none and their drain reports
+// account for every queued connection. The summary marshals to the JSON the
+// README documents.
+func TestRollout(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		cfg := config{Duration: 4 * time.Second, Concurrency: 128, Workers: 2, Restarts: 6,
+			Timeout: 2 * time.Second, Strategies: defaultStrategies()}
+		var progress bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+		defer cancel()
+		sum, err := runAll(ctx, cfg, &progress)
+		t.Logf("progress:\n%s", progress.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := writeJSON(&out, sum); err != nil {
+			t.Fatal(err)
+		}
+		byName := decodeStrategies(t, out.Bytes())
+		if got := len(byName); got != len(cfg.Strategies) {
+			t.Fatalf("%d strategies in the JSON, want %d:\n%s", got, len(cfg.Strategies), out.String())
+		}
+		for _, o := range sum.Strategies {
+			t.Logf("%s: restarts %d, requests %d, failed %d %v, queue lost %s, drains %+v, kernel %+v, p99 %.1f/%.1f ms",
+				o.Name, o.Restarts, o.Requests, o.Failed, o.FailedByClass, lost(o.QueueLost), o.Drains, o.Kernel,
+				o.P99MSSteady, o.P99MSRestart)
+			for _, s := range o.Stops {
+				t.Logf("  stop of %d: %s, took %.0f ms, restart took %.0f ms", s.PID, s.Method, s.TookMS, s.RollMS)
+			}
+			checkOutcome(t, o, cfg)
+		}
+		if c := byName["close"]; c.Failed == 0 {
+			t.Errorf("close: 0 failed requests in %d restarts: the harness cannot see a loss", c.Restarts)
+		}
+	})
+}
+
+// checkOutcome checks what every strategy must show, and the zero loss of
+// the lossless ones.
+func checkOutcome(t *testing.T, o outcome, cfg config) {
+	t.Helper()
+	if len(o.Errors) > 0 {
+		t.Errorf("%s: errors %v", o.Name, o.Errors)
+	}
+	// Rolls are spaced by Duration/(Restarts+1); a loaded machine may fit
+	// fewer, never none.
+	if o.Restarts < 2 || o.Requests == 0 || o.Generations < 2 {
+		t.Errorf("%s: %d restarts, %d requests, %d generations answered; want >= 2, > 0, >= 2",
+			o.Name, o.Restarts, o.Requests, o.Generations)
+	}
+	var sum int64
+	for _, n := range o.FailedByClass {
+		sum += n
+	}
+	if sum != o.Failed {
+		t.Errorf("%s: failed %d but classes add up to %d", o.Name, o.Failed, sum)
+	}
+	want := map[string]string{"migrate": "migrate", "handoff": "release"}[o.Name]
+	if want == "" {
+		return
+	}
+	if o.Failed != 0 || o.QueueLost == nil || *o.QueueLost != 0 || o.Drains.Forced != 0 {
+		t.Errorf("%s: failed %d %v, queue lost %s, forced %d; want 0, 0, 0",
+			o.Name, o.Failed, o.FailedByClass, lost(o.QueueLost), o.Drains.Forced)
+	}
+	if o.Drains.Reports != o.Restarts {
+		t.Errorf("%s: %d drain reports for %d restarts", o.Name, o.Drains.Reports, o.Restarts)
+	}
+	for _, s := range o.Stops {
+		if s.Method != want || len(s.Errors) > 0 {
+			t.Errorf("%s: stop of pid %d by %q with errors %v, want %q without", o.Name, s.PID, s.Method, s.Errors, want)
+		}
+	}
+}
+
+// decodeStrategies decodes --json output and checks the fields every item
+// must have.
+func decodeStrategies(t *testing.T, b []byte) map[string]outcome {
+	t.Helper()
+	var raw struct {
+		Strategies []map[string]json.RawMessage `json:"strategies"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, b)
+	}
+	var typed struct {
+		Strategies []outcome `json:"strategies"`
+	}
+	if err := json.Unmarshal(b, &typed); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]outcome{}
+	for i, item := range raw.Strategies {
+		for _, k := range []string{"name", "restarts", "requests", "failed", "failed_by_class", "p99_ms_steady", "p99_ms_restart", "queue_lost"} {
+			if _, ok := item[k]; !ok {
+				t.Errorf("strategy %d lacks %q: %s", i, k, b)
+			}
+		}
+		for _, c := range []load.Class{load.Reset, load.Refused, load.EOF, load.Timeout} {
+			if _, ok := typed.Strategies[i].FailedByClass[c]; !ok {
+				t.Errorf("strategy %d: failed_by_class lacks %q", i, c)
+			}
+		}
+		out[typed.Strategies[i].Name] = typed.Strategies[i]
+	}
+	return out
+}
+
+// The command as a user runs it: it makes its own namespace, prints one JSON
+// object, exits 0, and leaves no process behind.
+func TestCommand(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		out := runCommand(t, nil, "--json", "--duration", "2s", "--restarts", "1", "--workers", "2")
+		byName := decodeStrategies(t, out)
+		names := slices.Sorted(maps.Keys(byName))
+		if want := []string{"close", "handoff", "migrate"}; !slices.Equal(names, want) {
+			t.Errorf("strategies %v, want %v", names, want)
+		}
+		for n, o := range byName {
+			if o.Restarts != 1 || len(o.Errors) > 0 || o.Generations < 2 {
+				t.Errorf("%s: %d restarts, %d generations answered, errors %v; want 1, 2, none", n, o.Restarts, o.Generations, o.Errors)
+			}
+		}
+	})
+}
+
+// Without root, the command runs in a user namespace of its own.
+func TestCommandUnprivileged(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err != nil || strings.TrimSpace(string(b)) == "0" {
+			t.Skipf("user namespaces are off here (%q, %v)", b, err)
+		}
+		exe := netnstest.ExecutableCopy(t)
+		nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+		out := runCommand(t, &runOpts{path: exe, cred: nobody}, "--json", "--duration", "2s", "--restarts", "1", "--strategies", "migrate,handoff")
+		byName := decodeStrategies(t, out)
+		for _, n := range []string{"migrate", "handoff"} {
+			if o, ok := byName[n]; !ok || o.Restarts != 1 || len(o.Errors) > 0 || o.Failed != 0 {
+				t.Errorf("%s: %+v; want 1 restart, no error, 0 failed", n, o)
+			}
+		}
+	})
+}
+
+type runOpts struct {
+	path string
+	cred *syscall.Credential
+}
+
+// runCommand runs the test binary as the command and returns its stdout; it
+// fails the test unless it exits 0 within 40 s. Afterwards no process of
+// the run may be left.
+func runCommand(t *testing.T, o *runOpts, args ...string) []byte {
+	t.Helper()
+	if o == nil {
+		o = &runOpts{path: os.Args[0]}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, o.path, args...)
+	cmd.Env = append(os.Environ(), envRole+"="+roleMain)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.cred, Pdeathsig: syscall.SIGKILL}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("stderr:\n%s", stderr.String())
+	if err != nil {
+		t.Fatalf("%v %v: %v\nstdout:\n%s", o.path, args, err, stdout.String())
+	}
+	left := processesWithEnv(t, envRole)
+	for i := 0; i < 20 && len(left) > 0; i++ { // killed ones may take a moment to go
+		time.Sleep(100 * time.Millisecond)
+		left = processesWithEnv(t, envRole)
+	}
+	if len(left) > 0 {
+		t.Errorf("processes left after the command: %v", left)
+	}
+	return stdout.Bytes()
+}
+
+// processesWithEnv lists the pids (other than ours) whose environment names key.
+func processesWithEnv(t *testing.T, key string) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' || e.Name() == strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err == nil && (bytes.HasPrefix(b, []byte(key+"=")) || bytes.Contains(b, []byte("\x00"+key+"="))) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
