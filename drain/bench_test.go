@@ -1,0 +1,195 @@
+package drain_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/drain"
+)
+
+// BenchmarkAccept compares Accept on a plain *net.TCPListener and on the same
+// kind of listener wrapped by drain.Wrap. Each batch of connections is queued
+// with the timer stopped, so only Accept is timed. Run as root, the benchmark
+// runs in a fresh network namespace (see benchInNamespace).
+func BenchmarkAccept(b *testing.B) {
+	for _, wrapped := range []bool{false, true} {
+		b.Run(map[bool]string{false: "plain", true: "wrapped"}[wrapped], func(b *testing.B) {
+			tl := listenTCP(b, "127.0.0.1:0")
+			var l net.Listener = tl
+			if wrapped {
+				dl, err := drain.Wrap(tl, drain.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				l = dl
+			}
+			defer l.Close()
+			benchAccept(b, l)
+		})
+	}
+}
+
+func benchAccept(b *testing.B, l net.Listener) {
+	const batch = 256
+	clients := make([]net.Conn, 0, batch)
+	accepted := make([]net.Conn, 0, batch)
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		n := min(batch, b.N-done)
+		b.StopTimer()
+		for range n {
+			c, err := net.Dial("tcp4", l.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			clients = append(clients, c)
+		}
+		b.StartTimer()
+		for range n {
+			c, err := l.Accept()
+			if err != nil {
+				b.Fatal(err)
+			}
+			accepted = append(accepted, c)
+		}
+		b.StopTimer()
+		closeAll(clients)
+		closeAll(accepted)
+		clients, accepted = clients[:0], accepted[:0]
+		done += n
+		b.StartTimer()
+	}
+}
+
+// BenchmarkAcceptSideBySide alternates single Accepts on a plain and a wrapped
+// listener (connections queued beforehand), so both see the same machine
+// load, and reports each one's median time per Accept (robust to preemption on
+// a loaded machine) and the wrapped/plain throughput ratio (want >= 0.98).
+func BenchmarkAcceptSideBySide(b *testing.B) {
+	plain := listenTCP(b, "127.0.0.1:0")
+	defer plain.Close()
+	dl, err := drain.Wrap(listenTCP(b, "127.0.0.1:0"), drain.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dl.Close()
+	const batch = 128
+	var tp, tw []time.Duration
+	b.ResetTimer()
+	for i := 0; i*batch < b.N; i++ {
+		b.StopTimer()
+		cp, cw := dialN(b, plain.Addr().String(), batch), dialN(b, dl.Addr().String(), batch)
+		b.StartTimer()
+		var ap, aw []net.Conn
+		for j := range batch {
+			if (i+j)%2 == 0 {
+				ap = append(ap, timedAccept(b, plain, &tp))
+				aw = append(aw, timedAccept(b, dl, &tw))
+			} else {
+				aw = append(aw, timedAccept(b, dl, &tw))
+				ap = append(ap, timedAccept(b, plain, &tp))
+			}
+		}
+		b.StopTimer()
+		for _, cs := range [][]net.Conn{cp, cw, ap, aw} {
+			closeAll(cs)
+		}
+		b.StartTimer()
+	}
+	mp, mw := median(tp), median(tw)
+	b.ReportMetric(float64(mp.Nanoseconds()), "plain-median-ns/accept")
+	b.ReportMetric(float64(mw.Nanoseconds()), "wrapped-median-ns/accept")
+	b.ReportMetric(float64(mp)/float64(mw), "wrapped/plain-throughput")
+}
+
+func median(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+func dialN(b *testing.B, addr string, n int) []net.Conn {
+	out := make([]net.Conn, 0, 2*n)
+	for range n {
+		c, err := net.Dial("tcp4", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// timedAccept accepts one connection and records the time it took.
+func timedAccept(b *testing.B, l net.Listener, times *[]time.Duration) net.Conn {
+	t0 := time.Now()
+	c, err := l.Accept()
+	*times = append(*times, time.Since(t0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+func closeAll(cs []net.Conn) {
+	for _, c := range cs {
+		c.(*net.TCPConn).SetLinger(0) // no TIME_WAIT: ports stay free
+		c.Close()
+	}
+}
+
+// BenchmarkDrainIdle drains a server whose last in-flight request finishes
+// after the listener has stopped. after-last-request-ms is the time from that
+// request's handler returning to Shutdown returning; stop-ms is the listener
+// stop (inspection included).
+func BenchmarkDrainIdle(b *testing.B) {
+	var after, stop time.Duration
+	for range b.N {
+		a, s := drainOnce(b)
+		after += a
+		stop += s
+	}
+	b.ReportMetric(float64(after.Microseconds())/1000/float64(b.N), "after-last-request-ms")
+	b.ReportMetric(float64(stop.Microseconds())/1000/float64(b.N), "stop-ms")
+}
+
+func drainOnce(b *testing.B) (after, stop time.Duration) {
+	tl := listenTCP(b, "127.0.0.1:0")
+	dl, err := drain.Wrap(tl, drain.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	entered, release, returned := make(chan struct{}), make(chan struct{}), make(chan time.Time, 1)
+	ds := &drain.Server{HTTP: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		close(entered)
+		<-release
+		w.Write([]byte("ok\n"))
+		returned <- time.Now()
+	})}}
+	served := make(chan error, 1)
+	go func() { served <- ds.Serve(dl) }()
+	c, err := net.Dial("tcp4", tl.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(request("/"))
+	<-entered
+	res := make(chan *drain.Report, 1)
+	go func() {
+		rep, err := ds.Shutdown(context.Background())
+		if err != nil {
+			b.Error(err)
+		}
+		res <- rep
+	}()
+	<-dl.Done()
+	close(release)
+	rep := <-res
+	end := time.Now()
+	<-served
+	return end.Sub(<-returned), rep.HTTP.StopTook
+}

@@ -1,0 +1,71 @@
+package drain_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/reuseport"
+	"go.uber.org/zap"
+)
+
+// A worker in a reuseport group that drains on SIGTERM without losing a
+// connection or a request. The signal wiring belongs to the program, not to
+// the library. (Compile-only: it listens on a real port and waits for a signal.)
+func ExampleServer() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	cfg := reuseport.Config{Migration: reuseport.MigrationWarn}
+	l, err := cfg.Listen(ctx, "tcp", "127.0.0.1:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	srv := &drain.Server{
+		HTTP:   &http.Server{Handler: mux},
+		Delay:  5 * time.Second, // let the load balancer see /ready fail
+		Logger: zap.NewExample(),
+	}
+	mux.Handle("/ready", srv.Ready())
+	go func() {
+		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			log.Print(err)
+		}
+	}()
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := srv.Shutdown(sctx) // the report is also logged once
+	if err != nil {
+		log.Print(err)
+	}
+	json.NewEncoder(os.Stdout).Encode(rep)
+}
+
+// Wrap alone, under a plain http.Server: its Close, which Shutdown calls,
+// stops the listener without losing the queue. (Compile-only.) With siblings
+// and migration on, the queue moves to them; otherwise the connections the
+// drain accepts reach Serve after Shutdown began, where net/http drops their
+// requests (golang/go#65802): use drain.Server for those.
+func ExampleWrap() {
+	l, err := reuseport.Listen(context.Background(), "tcp", "127.0.0.1:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+	dl, err := drain.Wrap(l, drain.Options{Logger: zap.NewExample()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.NotFoundHandler()}
+	go hs.Serve(dl)
+	// ... later, on the program's signal:
+	hs.Shutdown(context.Background())
+	log.Printf("%+v", dl.Report())
+}
