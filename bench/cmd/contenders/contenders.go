@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+)
+
+// A contender is a server and its way of restarting. Its methods are called
+// from one goroutine, inside the run's namespace.
+type contender interface {
+	// start starts the server on env.addr and returns once it serves.
+	start(ctx context.Context, env *runEnv) error
+	// restart restarts the server once, calling mark at the moment a
+	// listener closes or changes hands, and returns once the new server
+	// serves and the old one is gone (or draining, for nginx).
+	restart(ctx context.Context, mark func(string)) error
+	// stop ends every process the contender started.
+	stop(ctx context.Context) error
+}
+
+// spec describes a contender for the table.
+type spec struct {
+	name       string
+	migrateReq int    // net.ipv4.tcp_migrate_req in the run's namespace
+	about      string // how it restarts, one line
+	make       func() contender
+	// check, if set, says why the contender cannot run on this machine.
+	check func() error
+}
+
+// runEnv is what a contender gets from the run.
+type runEnv struct {
+	addr   string   // 127.0.0.1:port to serve
+	dir    string   // private directory, removed after the run
+	self   string   // this binary, re-executed for workers
+	stderr *os.File // workers' stderr: a file, since upgraded processes inherit it
+	gen    int      // last generation started
+}
+
+// nextGen returns the next generation number, as a string.
+func (e *runEnv) nextGen() string {
+	e.gen++
+	return strconv.Itoa(e.gen)
+}
+
+// specs lists every contender, in the order of the tables.
+func specs() []spec {
+	s := []spec{
+		{name: "naive", about: "stop the process (Shutdown), start a new one that listens again",
+			make: func() contender { return &naive{} }},
+		{name: "reuseport-m0", about: "4 SO_REUSEPORT workers rolled, plain Shutdown, tcp_migrate_req=0",
+			make: func() contender { return &pool{mode: "reuseport", n: 4} }},
+		{name: "reuseport-m1", migrateReq: 1, about: "the same with tcp_migrate_req=1",
+			make: func() contender { return &pool{mode: "reuseport", n: 4} }},
+		{name: "tableflip", about: "cloudflare/tableflip v1.2.3 upgrade, then plain Shutdown",
+			make: func() contender { return &tableflipContender{} }},
+	}
+	s = append(s, nginxSpecs()...)
+	return append(s, zerodropSpecs()...)
+}
+
+// naive restarts the way a process manager does: stop, then start.
+type naive struct {
+	env *runEnv
+	cur *proc
+}
+
+func (c *naive) start(ctx context.Context, env *runEnv) (err error) {
+	c.env = env
+	c.cur, err = env.startWorker(ctx, "plain", env.nextGen(), nil)
+	return err
+}
+
+func (c *naive) restart(ctx context.Context, mark func(string)) error {
+	mark("restart")
+	if err := c.cur.stop(ctx); err != nil {
+		return err
+	}
+	next, err := c.env.startWorker(ctx, "plain", c.env.nextGen(), nil)
+	if err != nil {
+		return err
+	}
+	c.cur = next
+	return nil
+}
+
+func (c *naive) stop(ctx context.Context) error { return c.cur.stop(ctx) }
+
+// pool is n workers of one mode sharing the port with SO_REUSEPORT, rolled
+// one at a time, round-robin: start the new worker, then stop the old one.
+type pool struct {
+	mode    string
+	n       int
+	env     *runEnv
+	workers []*proc
+	next    int
+}
+
+func (c *pool) start(ctx context.Context, env *runEnv) error {
+	c.env = env
+	for range c.n {
+		p, err := env.startWorker(ctx, c.mode, env.nextGen(), nil)
+		if err != nil {
+			c.stop(ctx)
+			return err
+		}
+		c.workers = append(c.workers, p)
+	}
+	return nil
+}
+
+func (c *pool) restart(ctx context.Context, mark func(string)) error {
+	i := c.next % len(c.workers)
+	c.next++
+	p, err := c.env.startWorker(ctx, c.mode, c.env.nextGen(), nil)
+	if err != nil {
+		return err
+	}
+	old := c.workers[i]
+	c.workers[i] = p
+	mark("roll")
+	return old.stop(ctx)
+}
+
+func (c *pool) stop(ctx context.Context) error {
+	var errs []error
+	for _, p := range c.workers {
+		errs = append(errs, p.stop(ctx))
+	}
+	c.workers = nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,43 @@
+// Command contenders restarts HTTP servers many times under the same load,
+// one strategy after another in one run, and reports what the load saw: the
+// comparative benchmark of issue 7.
+//
+//	go build -o /tmp/contenders ./cmd/contenders
+//	sudo /tmp/contenders -c 64,256 -restarts 100 -reps 3 -o /tmp/bench-out
+//
+// # How it works
+//
+// The parent process runs each (repetition, concurrency, contender) in a child
+// of its own, re-executed from the same binary in a fresh network and PID
+// namespace: lo is brought up, net.ipv4.tcp_migrate_req is set as the
+// contender needs, and every process the run starts dies with that child. In
+// the child, the contender starts its server on 127.0.0.1:8080, the load
+// generator (package internal/load, a new connection per request by default)
+// sends requests at the given concurrency, and the contender restarts its
+// server on a fixed schedule, marking every moment a listener closes or
+// changes hands. The child prints its result as JSON; the parent writes, in
+// the output directory, one JSON file and one SVG plot per run, and
+// results.md and results.json with a table per contender.
+//
+// A restart is one replacement: a worker of a SO_REUSEPORT pool rolled (the
+// pools have 4 workers, rolled round-robin), a process upgraded or
+// restarted, or one nginx reload.
+//
+// # Contenders
+//
+// What people do today: naive (stop the process, start a new one that listens
+// again), reuseport-m0 and reuseport-m1 (SO_REUSEPORT workers, plain
+// http.Server.Shutdown, tcp_migrate_req 0 and 1), tableflip
+// (github.com/cloudflare/tableflip upgrading the process), nginx,
+// nginx-reuseport and nginx-reuseport-4to2 (Debian's nginx reloaded with
+// nginx -s reload; the last alternates worker_processes 4 and 2). The nginx
+// contenders are skipped, with a message, when nginx is not installed.
+//
+// zerodrop: see zerodrop.go for the strategies wired in and the ones still
+// missing.
+//
+// # Requirements
+//
+// Root (or CAP_SYS_ADMIN and CAP_NET_ADMIN) for the namespaces; Linux 5.14+
+// for tcp_migrate_req. All traffic stays on the loopback of the namespaces.
+package main

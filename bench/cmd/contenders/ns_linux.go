@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/linux"
+	"golang.org/x/sys/unix"
+)
+
+// envRun carries a runSpec, as JSON, to the child that runs it.
+const envRun = "ZD_BENCH_RUN"
+
+// spawnRun runs s in a child process in fresh network and PID namespaces,
+// and returns the result it prints. When the child exits, the kernel kills
+// every process left in its PID namespace.
+func spawnRun(ctx context.Context, s runSpec, stderr io.Writer) (runResult, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return runResult{}, err
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return runResult{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.duration()+2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, self)
+	cmd.Env = append(os.Environ(), envRun+"="+string(b))
+	cmd.Stdout, cmd.Stderr = &out, stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWPID,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	if err := cmd.Run(); err != nil {
+		return runResult{}, fmt.Errorf("run %s c=%d: %w", s.Contender, s.Concurrency, err)
+	}
+	var res runResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		return runResult{}, fmt.Errorf("run %s c=%d: result: %w", s.Contender, s.Concurrency, err)
+	}
+	return res, nil
+}
+
+// runChildMain runs the spec in envRun and exits, or returns if this process
+// is not a run child.
+func runChildMain() {
+	v := os.Getenv(envRun)
+	if v == "" {
+		return
+	}
+	os.Unsetenv(envRun) // not for the workers
+	var s runSpec
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		fmt.Fprintln(os.Stderr, "run child:", err)
+		os.Exit(2)
+	}
+	res := runOne(context.Background(), s, os.Stderr)
+	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// setupNamespace brings lo up and sets the sysctls of the run's network
+// namespace, and makes this process the reaper of its orphans (tableflip's
+// upgraded processes).
+func setupNamespace(migrateReq int) error {
+	if err := linkUp("lo"); err != nil {
+		return fmt.Errorf("bring up lo: %w", err)
+	}
+	if err := linux.WriteSysctl(linux.MigrateReq, strconv.Itoa(migrateReq)); err != nil {
+		return err
+	}
+	if err := linux.WriteSysctl("net.ipv4.ip_local_port_range", "10000 65000"); err != nil {
+		return err
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return os.NewSyscallError("prctl PR_SET_CHILD_SUBREAPER", err)
+	}
+	return nil
+}
+
+// linkUp sets IFF_UP on an interface of the current namespace.
+func linkUp(name string) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return os.NewSyscallError("socket", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return os.NewSyscallError("ioctl SIOCGIFFLAGS", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return os.NewSyscallError("ioctl SIOCSIFFLAGS", err)
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+var (
+	markColor = color.RGBA{R: 120, G: 120, B: 120, A: 255}
+	failColor = color.RGBA{R: 200, A: 255}
+)
+
+// plotRun draws a run as SVG at path: the p99 latency of each bucket over
+// time (log scale) above the failed requests of each bucket, both with the
+// restart moments as vertical lines.
+func plotRun(path string, r runResult) error {
+	l := r.Load
+	var lat, fail plotter.XYs
+	for _, b := range l.Buckets {
+		t := b.StartMS / 1000
+		if b.P99MS > 0 {
+			lat = append(lat, plotter.XY{X: t, Y: b.P99MS})
+		}
+		if b.Failed > 0 {
+			fail = append(fail, plotter.XY{X: t, Y: float64(b.Failed)})
+		}
+	}
+	marks := make(markLines, len(l.Marks))
+	for i, m := range l.Marks {
+		marks[i] = m.AtMS / 1000
+	}
+	s := r.Spec
+	top := plot.New()
+	top.Title.Text = fmt.Sprintf("%s, concurrency %d, rep %d: %d restarts, %d requests, %d failed",
+		s.Contender, s.Concurrency, s.Rep, r.Restarts, l.Requests, l.Failed)
+	top.Y.Label.Text = "p99 per bucket, ms"
+	top.Y.Scale = plot.LogScale{}
+	top.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	bottom := plot.New()
+	bottom.X.Label.Text = "time, s (grey: restarts)"
+	bottom.Y.Label.Text = "failed per bucket"
+	for _, p := range []*plot.Plot{top, bottom} {
+		p.X.Min, p.X.Max = 0, l.DurationMS/1000
+		p.Add(marks)
+	}
+	if len(lat) > 0 {
+		line, err := plotter.NewLine(lat)
+		if err != nil {
+			return err
+		}
+		top.Add(line)
+	}
+	bottom.Y.Min, bottom.Y.Max = 0, 1
+	if len(fail) > 0 {
+		sc, err := plotter.NewScatter(fail)
+		if err != nil {
+			return err
+		}
+		sc.GlyphStyle.Color = failColor
+		sc.GlyphStyle.Shape = draw.CircleGlyph{}
+		bottom.Add(sc)
+		_, _, _, ymax := plotter.XYRange(fail)
+		bottom.Y.Max = math.Max(1, ymax*1.1)
+	}
+	return saveSVG(path, top, bottom)
+}
+
+// saveSVG draws the plots one above the other, with aligned axes, as SVG
+// (or PNG if path ends in .png).
+func saveSVG(path string, plots ...*plot.Plot) error {
+	const w, h = 26 * vg.Centimeter, 16 * vg.Centimeter
+	var img vg.CanvasWriterTo = vgsvg.New(w, h)
+	if strings.HasSuffix(path, ".png") {
+		img = vgimg.PngCanvas{Canvas: vgimg.New(w, h)}
+	}
+	dc := draw.New(img)
+	rows := make([][]*plot.Plot, len(plots))
+	for i, p := range plots {
+		rows[i] = []*plot.Plot{p}
+	}
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadX: vg.Millimeter, PadY: 2 * vg.Millimeter,
+		PadTop: vg.Millimeter, PadBottom: vg.Millimeter, PadLeft: vg.Millimeter, PadRight: 3 * vg.Millimeter}
+	cs := plot.Align(rows, tiles, dc)
+	for i, p := range plots {
+		p.Draw(cs[i][0])
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := img.WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// markLines draws a vertical line at each x, across the plot.
+type markLines []float64
+
+// Plot implements plot.Plotter.
+func (m markLines) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, _ := p.Transforms(&c)
+	sty := draw.LineStyle{Color: markColor, Width: vg.Points(0.5)}
+	for _, x := range m {
+		X := trX(x)
+		c.StrokeLine2(sty, X, c.Min.Y, X, c.Max.Y)
+	}
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/load"
+	"github.com/zerodrop/zerodrop/reuseport"
+	"golang.org/x/sys/unix"
+)
+
+// classes are the failure classes, in the order tables show them.
+var classes = []load.Class{load.Reset, load.Refused, load.EOF, load.Timeout, load.Status, load.Other}
+
+// summary is one row of the table: a contender at one concurrency, over
+// every repetition. Latencies are medians over the repetitions.
+type summary struct {
+	Contender     string               `json:"contender"`
+	About         string               `json:"about"`
+	Concurrency   int                  `json:"concurrency"`
+	Reps          int                  `json:"reps"`
+	Restarts      int                  `json:"restarts"`
+	Requests      int64                `json:"requests"`
+	Failed        int64                `json:"failed"`
+	FailedPerRep  []int64              `json:"failed_per_rep"`
+	FailedByClass map[load.Class]int64 `json:"failed_by_class"`
+	P50Steady     float64              `json:"p50_ms_steady"`
+	P99Steady     float64              `json:"p99_ms_steady"`
+	MaxSteady     float64              `json:"max_ms_steady"`
+	P50Restart    float64              `json:"p50_ms_restart"`
+	P99Restart    float64              `json:"p99_ms_restart"`
+	MaxRestart    float64              `json:"max_ms_restart"`
+	Counters      reuseport.Counters   `json:"counters"`
+	Skipped       string               `json:"skipped,omitempty"`
+	Errors        []string             `json:"errors,omitempty"`
+}
+
+// summarize groups runs by contender and concurrency, in the order they ran.
+func summarize(runs []runResult) []summary {
+	var out []summary
+	idx := map[string]int{}
+	for _, r := range runs {
+		key := fmt.Sprintf("%s/%d", r.Spec.Contender, r.Spec.Concurrency)
+		i, ok := idx[key]
+		if !ok {
+			i = len(out)
+			idx[key] = i
+			sp, _ := findSpec(r.Spec.Contender)
+			out = append(out, summary{Contender: r.Spec.Contender, About: sp.about,
+				Concurrency: r.Spec.Concurrency, FailedByClass: map[load.Class]int64{}})
+		}
+		out[i].add(r)
+	}
+	for i := range out {
+		out[i].finish(runs)
+	}
+	return out
+}
+
+func (s *summary) add(r runResult) {
+	s.Reps++
+	if r.Skipped != "" {
+		s.Skipped = r.Skipped
+		return
+	}
+	if r.Error != "" {
+		s.Errors = append(s.Errors, fmt.Sprintf("rep %d: %s", r.Spec.Rep, r.Error))
+	}
+	s.Restarts += r.Restarts
+	c := &s.Counters
+	d := r.Counters
+	c.MigrateReqSuccess += d.MigrateReqSuccess
+	c.MigrateReqFailure += d.MigrateReqFailure
+	c.ListenOverflows += d.ListenOverflows
+	c.ListenDrops += d.ListenDrops
+	c.OutRsts += d.OutRsts
+	c.EstabResets += d.EstabResets
+	if r.Load == nil {
+		return
+	}
+	s.Requests += r.Load.Requests
+	s.Failed += r.Load.Failed
+	s.FailedPerRep = append(s.FailedPerRep, r.Load.Failed)
+	for k, v := range r.Load.FailedByClass {
+		s.FailedByClass[k] += v
+	}
+}
+
+// finish computes the medians of the latencies over s's runs.
+func (s *summary) finish(runs []runResult) {
+	var f [6][]float64
+	for _, r := range runs {
+		if r.Spec.Contender != s.Contender || r.Spec.Concurrency != s.Concurrency || r.Load == nil {
+			continue
+		}
+		l := r.Load
+		for i, v := range []float64{l.P50MSSteady, l.P99MSSteady, l.MaxMSSteady,
+			l.P50MSRestart, l.P99MSRestart, l.MaxMSRestart} {
+			f[i] = append(f[i], v)
+		}
+	}
+	s.P50Steady, s.P99Steady, s.MaxSteady = median(f[0]), median(f[1]), median(f[2])
+	s.P50Restart, s.P99Restart, s.MaxRestart = median(f[3]), median(f[4]), median(f[5])
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// writeMarkdown writes the tables.
+func writeMarkdown(w io.Writer, rows []summary) {
+	fmt.Fprintln(w, "| contender | c | restarts | requests | failed (per rep) | failures by class | p50 / p99 / max steady ms | p50 / p99 / max around restarts ms | p99 ratio |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	for _, s := range rows {
+		if s.Skipped != "" {
+			fmt.Fprintf(w, "| %s | %d | skipped: %s |||||||\n", s.Contender, s.Concurrency, s.Skipped)
+			continue
+		}
+		ratio := "-"
+		if s.P99Steady > 0 {
+			ratio = fmt.Sprintf("%.2f", s.P99Restart/s.P99Steady)
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d (%s) | %s | %.2f / %.2f / %.1f | %.2f / %.2f / %.1f | %s |\n",
+			s.Contender, s.Concurrency, s.Restarts, s.Requests, s.Failed, joinInts(s.FailedPerRep),
+			classList(s.FailedByClass), s.P50Steady, s.P99Steady, s.MaxSteady,
+			s.P50Restart, s.P99Restart, s.MaxRestart, ratio)
+	}
+	fmt.Fprintln(w, "\nKernel counters, deltas summed over the repetitions (each run in its own namespace):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| contender | c | MigrateReqSuccess | MigrateReqFailure | ListenOverflows | ListenDrops | Tcp.OutRsts | Tcp.EstabResets |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	for _, s := range rows {
+		if s.Skipped != "" {
+			continue
+		}
+		c := s.Counters
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d | %d | %d |\n", s.Contender, s.Concurrency,
+			c.MigrateReqSuccess, c.MigrateReqFailure, c.ListenOverflows, c.ListenDrops, c.OutRsts, c.EstabResets)
+	}
+	fmt.Fprintln(w, "\nContenders:")
+	fmt.Fprintln(w)
+	seen := map[string]bool{}
+	for _, s := range rows {
+		if !seen[s.Contender] {
+			seen[s.Contender] = true
+			fmt.Fprintf(w, "- `%s`: %s\n", s.Contender, s.About)
+		}
+	}
+	for _, s := range rows {
+		for _, e := range s.Errors {
+			fmt.Fprintf(w, "- error, %s c=%d %s\n", s.Contender, s.Concurrency, e)
+		}
+	}
+}
+
+func joinInts(v []int64) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, "/")
+}
+
+func classList(m map[load.Class]int64) string {
+	var s []string
+	for _, c := range classes {
+		if m[c] > 0 {
+			s = append(s, fmt.Sprintf("%s %d", c, m[c]))
+		}
+	}
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, ", ")
+}
+
+// machine describes where and how the figures were made.
+func machine(args []string, took time.Duration) string {
+	var u unix.Utsname
+	unix.Uname(&u)
+	return fmt.Sprintf("Machine: %d CPUs (nproc), kernel %s, %s; %s UTC, took %v.\n\nCommand: `%s`\n",
+		runtime.NumCPU(), unix.ByteSliceToString(u.Release[:]), runtime.Version(),
+		time.Now().UTC().Format("2006-01-02 15:04"), took.Round(time.Second), strings.Join(args, " "))
+}
+
+// writeSummary writes results.md and results.json in dir.
+func writeSummary(dir, header string, runs []runResult) error {
+	rows := summarize(runs)
+	var b strings.Builder
+	b.WriteString(header + "\n")
+	writeMarkdown(&b, rows)
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	j, err := json.MarshalIndent(rows, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "results.json"), j, 0o644)
+}
+
+// progressLine is one line per run, for the terminal.
+func progressLine(r runResult) string {
+	s := r.Spec
+	head := fmt.Sprintf("%-22s c=%-4d rep %d:", s.Contender, s.Concurrency, s.Rep)
+	switch {
+	case r.Skipped != "":
+		return head + " skipped: " + r.Skipped
+	case r.Load == nil:
+		return head + " error: " + r.Error
+	}
+	l := r.Load
+	line := fmt.Sprintf("%s %d restarts, %d requests, %d failed (%s), p99 steady %.2f ms, around restarts %.2f ms",
+		head, r.Restarts, l.Requests, l.Failed, classList(l.FailedByClass), l.P99MSSteady, l.P99MSRestart)
+	if r.Error != "" {
+		line += "; error: " + r.Error
+	}
+	return line
+}

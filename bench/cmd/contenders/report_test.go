@@ -1,0 +1,127 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/zerodrop/zerodrop/internal/load"
+	"github.com/zerodrop/zerodrop/reuseport"
+)
+
+func fakeRun(name string, c, rep int, failed int64, p99 float64) runResult {
+	return runResult{
+		Spec:     runSpec{Contender: name, Concurrency: c, Rep: rep},
+		Restarts: 10,
+		Counters: reuseport.Counters{OutRsts: uint64(failed), MigrateReqSuccess: 3},
+		Load: &load.Result{Requests: 1000, Failed: failed,
+			FailedByClass: map[load.Class]int64{load.Reset: failed},
+			P99MSSteady:   p99, P99MSRestart: 2 * p99,
+			Marks:   []load.Event{{Name: "restart", AtMS: 500}, {Name: "restart", AtMS: 1000}},
+			Buckets: []load.Bucket{{StartMS: 0, Requests: 500, P99MS: p99}, {StartMS: 500, Requests: 500, Failed: failed, P99MS: 2 * p99}},
+		},
+	}
+}
+
+// Rows group runs by contender and concurrency: counts add up, latencies are
+// medians over the repetitions, failures are listed per repetition.
+func TestSummarize(t *testing.T) {
+	runs := []runResult{
+		fakeRun("naive", 64, 1, 5, 1), fakeRun("reuseport-m1", 64, 1, 0, 2),
+		fakeRun("naive", 64, 2, 7, 3), fakeRun("reuseport-m1", 64, 2, 0, 4),
+		fakeRun("naive", 64, 3, 6, 2), fakeRun("reuseport-m1", 64, 3, 0, 9),
+		{Spec: runSpec{Contender: "nginx", Concurrency: 64, Rep: 1}, Skipped: "nginx is not installed"},
+	}
+	rows := summarize(runs)
+	if len(rows) != 3 {
+		t.Fatalf("%d rows; want 3", len(rows))
+	}
+	n := rows[0]
+	if n.Contender != "naive" || n.Restarts != 30 || n.Requests != 3000 || n.Failed != 18 ||
+		n.FailedByClass[load.Reset] != 18 || n.Counters.OutRsts != 18 || n.Counters.MigrateReqSuccess != 9 {
+		t.Errorf("naive row: %+v", n)
+	}
+	if n.P99Steady != 2 || n.P99Restart != 4 || joinInts(n.FailedPerRep) != "5/7/6" {
+		t.Errorf("naive p99 %v/%v (want medians 2/4), failed per rep %v", n.P99Steady, n.P99Restart, n.FailedPerRep)
+	}
+	var md strings.Builder
+	writeMarkdown(&md, rows)
+	for _, want := range []string{
+		"| naive | 64 | 30 | 3000 | 18 (5/7/6) | reset 18 | 0.00 / 2.00 / 0.0 | 0.00 / 4.00 / 0.0 | 2.00 |",
+		"| reuseport-m1 | 64 | 30 | 3000 | 0 (0/0/0) | - |",
+		"| nginx | 64 | skipped: nginx is not installed |",
+		"| naive | 64 | 9 | 0 | 0 | 0 | 18 | 0 |",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+}
+
+func TestWriteSummary(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeSummary(dir, "Machine: test\n", []runResult{fakeRun("naive", 8, 1, 2, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []summary
+	if err := json.Unmarshal(b, &rows); err != nil || len(rows) != 1 || rows[0].Failed != 2 {
+		t.Errorf("results.json: %v, %+v", err, rows)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "results.md"))
+	if err != nil || !strings.HasPrefix(string(md), "Machine: test\n") {
+		t.Errorf("results.md: %v, %q", err, md)
+	}
+}
+
+// The plot is an SVG with the run in its title and a line per restart.
+func TestPlotRun(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run.svg")
+	if err := plotRun(path, fakeRun("naive", 64, 1, 5, 1)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if !strings.HasPrefix(s, "<?xml") || !strings.Contains(s, "<svg") ||
+		!strings.Contains(s, "naive, concurrency 64, rep 1: 10 restarts, 1000 requests, 5 failed") {
+		t.Errorf("not the SVG expected: %.300s", s)
+	}
+	if got := strings.Count(s, "stroke:#787878"); got != 4 {
+		t.Errorf("%d mark lines; want 4 (2 marks in 2 panels)", got)
+	}
+}
+
+// The nginx configuration: reuseport only when asked, the generation in
+// every reply, and nginx itself accepts it (when installed).
+func TestNginxConf(t *testing.T) {
+	dir := t.TempDir()
+	for _, rp := range []bool{false, true} {
+		path := filepath.Join(dir, "nginx.conf")
+		c := nginxConf{Dir: dir, Addr: "127.0.0.1:8080", Gen: "7", Workers: 2, Reuseport: rp}
+		if err := c.render(path); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(path)
+		s := string(b)
+		if strings.Contains(s, "reuseport") != rp || !strings.Contains(s, "add_header X-Generation 7 always;") ||
+			!strings.Contains(s, "worker_processes 2;") {
+			t.Errorf("reuseport %v:\n%s", rp, s)
+		}
+		if _, err := exec.LookPath("nginx"); err != nil {
+			continue
+		}
+		out, err := exec.Command("nginx", "-t", "-p", dir+"/", "-c", path, "-e", filepath.Join(dir, "error.log")).CombinedOutput()
+		if err != nil {
+			t.Errorf("nginx -t, reuseport %v: %v\n%s", rp, err, out)
+		}
+	}
+}
