@@ -190,5 +190,8 @@ func sameAddr(s sockInfo, address string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("address %q: host must be an IP literal: %w", address, err)
 	}
+	if want.IsUnspecified() { // 0.0.0.0 or ::, either family's wildcard
+		return have.Addr().IsUnspecified(), nil
+	}
 	return want.Unmap() == have.Addr().Unmap(), nil
 }

@@ -3,6 +3,7 @@ package systemd
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"syscall"
 
 	"github.com/zerodrop/zerodrop/reuseport"
@@ -16,37 +17,53 @@ import (
 // matching reuseport.ErrOptionMismatch that unwraps to the
 // *reuseport.OptionMismatchError naming each difference (Want is cfg's value).
 //
-// To know what cfg gives, CheckOptions opens and closes a reference listener
-// on the loopback address of the socket's family, port 0 (UID check and
-// migration policy skipped, nothing logged). TCP and UDP only; it does not take
-// ownership of c.
+// To know what cfg gives, CheckOptions opens and closes a reference socket on
+// port 0 of the loopback address (IPv4) or of the IPv6 wildcard (or loopback,
+// when the passed socket is bound to a specific IPv6 address, since reuseport
+// makes those IPV6_V6ONLY), with the UID check and migration policy skipped
+// and nothing logged. TCP and UDP only (others: reuseport.ErrNotSupported);
+// it does not take ownership of c.
 func CheckOptions(ctx context.Context, c syscall.Conn, cfg *reuseport.Config, ignore ...string) error {
+	var s sockInfo
+	if err := control(c, func(fd int) (err error) { s, err = readSock(fd); return err }); err != nil {
+		return fmt.Errorf("systemd: check options: %w", err)
+	}
+	network, addr, err := referenceAddr(s)
+	if err != nil {
+		return fmt.Errorf("systemd: check options of %s: %w", s, err)
+	}
 	got, err := reuseport.ReadDigest(c)
 	if err != nil {
-		return fmt.Errorf("systemd: check options: %w", err)
+		return fmt.Errorf("systemd: check options of %s: %w", s, err)
 	}
-	want, err := reference(ctx, got, cfg)
+	want, err := reference(ctx, network, addr, cfg)
 	if err != nil {
-		return fmt.Errorf("systemd: check options: %w", err)
+		return fmt.Errorf("systemd: check options of %s: %w", s, err)
 	}
 	if err := want.Without(ignore...).Compare(got.Without(ignore...)); err != nil {
-		return fmt.Errorf("systemd: check options of passed socket: %w", err)
+		return fmt.Errorf("systemd: check options of %s: %w", s, err)
 	}
 	return nil
 }
 
-// reference returns the digest of a fresh socket made with cfg, of the same
-// family and type as the socket whose digest is got.
-func reference(ctx context.Context, got reuseport.Digest, cfg *reuseport.Config) (reuseport.Digest, error) {
-	vals := map[string]string{}
-	for _, v := range got.Values {
-		vals[v.Name] = v.Value
+// referenceAddr says where to open a reference socket like s: "tcp" or "udp"
+// (so reuseport leaves IPV6_V6ONLY to Options.V6Only) and an address of the
+// same family and kind (wildcard or specific), port 0.
+func referenceAddr(s sockInfo) (network, addr string, err error) {
+	switch network = s.network(); network {
+	case "tcp4", "udp4":
+		return network[:3], "127.0.0.1:0", nil
+	case "tcp6", "udp6":
+		if ap, err := netip.ParseAddrPort(s.address()); err == nil && !ap.Addr().IsUnspecified() {
+			return network[:3], "[::1]:0", nil
+		}
+		return network[:3], "[::]:0", nil
 	}
-	addr := map[string]string{"inet": "127.0.0.1:0", "inet6": "[::1]:0"}[vals["SO_DOMAIN"]]
-	network := map[string]string{"stream": "tcp", "dgram": "udp"}[vals["SO_TYPE"]]
-	if addr == "" || network == "" {
-		return reuseport.Digest{}, fmt.Errorf("%w: options of a %s %s socket", reuseport.ErrNotSupported, vals["SO_DOMAIN"], vals["SO_TYPE"])
-	}
+	return "", "", fmt.Errorf("%w: options of a %s socket", reuseport.ErrNotSupported, network)
+}
+
+// reference returns the digest of a fresh socket made with cfg.
+func reference(ctx context.Context, network, addr string, cfg *reuseport.Config) (reuseport.Digest, error) {
 	ref := reuseport.Config{}
 	if cfg != nil {
 		ref = *cfg
@@ -66,4 +83,17 @@ func reference(ctx context.Context, got reuseport.Digest, cfg *reuseport.Config)
 	}
 	defer l.Close()
 	return l.Digest(), nil
+}
+
+// control runs f with the socket's fd, without duplicating it.
+func control(c syscall.Conn, f func(fd int) error) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
 }

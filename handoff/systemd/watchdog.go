@@ -2,6 +2,9 @@ package systemd
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -26,9 +29,9 @@ type Watchdog struct {
 // StartWatchdog starts pinging when WATCHDOG_USEC is set and WATCHDOG_PID is
 // unset or names this process (go-systemd's SdWatchdogEnabled reads them); it
 // returns nil, nil when systemd asked for no pings, or a nil Notifier. A
-// malformed WATCHDOG_USEC or WATCHDOG_PID is an error. The variables stay set:
-// after MAINPID= hands the service to a successor, systemd sets no new
-// WATCHDOG_PID, so the successor must be told to ping (see Pinger).
+// malformed WATCHDOG_USEC or WATCHDOG_PID is an error. The variables stay set
+// for children: after MAINPID= hands the service to a successor, the successor
+// pings with WatchdogInterval and Pinger.
 func (n *Notifier) StartWatchdog(ctx context.Context) (*Watchdog, error) {
 	if n == nil {
 		return nil, nil
@@ -43,9 +46,29 @@ func (n *Notifier) StartWatchdog(ctx context.Context) (*Watchdog, error) {
 	return n.Pinger(ctx, iv), nil
 }
 
+// WatchdogInterval returns WATCHDOG_USEC as a duration, ignoring WATCHDOG_PID:
+// 0 when unset, an error when malformed. A successor that became the main
+// process with MAINPID= inherited its predecessor's WATCHDOG_PID, so
+// StartWatchdog would not ping; it calls Pinger with this interval instead.
+func WatchdogInterval() (time.Duration, error) {
+	s := os.Getenv("WATCHDOG_USEC")
+	if s == "" {
+		return 0, nil
+	}
+	us, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || us <= 0 {
+		return 0, &NotifyError{Op: "watchdog", State: "WATCHDOG_USEC=" + s, Err: fmt.Errorf("want a positive number of microseconds: %v", err)}
+	}
+	return time.Duration(us) * time.Microsecond, nil
+}
+
 // Pinger starts pinging every interval/2 regardless of the environment, for a
-// successor that took over the watchdog with MAINPID=. Stop ends it.
+// successor that took over the watchdog with MAINPID=. Stop ends it. It
+// returns nil (no pings) for a nil Notifier or an interval under 2 ns.
 func (n *Notifier) Pinger(ctx context.Context, interval time.Duration) *Watchdog {
+	if n == nil || interval < 2 {
+		return nil
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	w := &Watchdog{Interval: interval, cancel: cancel, done: make(chan struct{})}
 	go w.run(ctx, n)
@@ -92,6 +115,9 @@ func (w *Watchdog) Stop() {
 // Err returns the first failed ping's error, or nil. Every failure is also
 // logged to the Notifier's Logger, since nothing else could report it.
 func (w *Watchdog) Err() error {
+	if w == nil {
+		return nil
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.err
@@ -99,6 +125,9 @@ func (w *Watchdog) Err() error {
 
 // Pings returns how many pings were attempted so far.
 func (w *Watchdog) Pings() int {
+	if w == nil {
+		return 0
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.pings
