@@ -70,11 +70,14 @@ func Activated() (*Activation, error) {
 // activate parses the environment and checks each fd.
 func activate(getenv func(string) string, pid int) (*Activation, error) {
 	n, names, err := parseEnv(getenv, pid)
-	if err != nil || n == 0 {
+	if n == 0 {
 		return nil, err
 	}
 	a := &Activation{fds: make([]passed, 0, n)}
 	var errs []error
+	if err != nil { // bad LISTEN_FDNAMES: the fds are still ours, check them
+		errs = append(errs, err)
+	}
 	for i := range n {
 		p := passed{fd: firstFD + i}
 		if names != nil {
@@ -93,6 +96,7 @@ func activate(getenv func(string) string, pid int) (*Activation, error) {
 }
 
 // parseEnv returns the fd count and names (nil when LISTEN_FDNAMES is unset).
+// With a bad LISTEN_FDNAMES it returns the count too: the fds are ours.
 func parseEnv(getenv func(string) string, pid int) (int, []string, error) {
 	pidStr, fdsStr, namesStr := getenv(EnvListenPID), getenv(EnvListenFDs), getenv(EnvListenFDNames)
 	if pidStr == "" && fdsStr == "" {
@@ -123,7 +127,7 @@ func parseEnv(getenv func(string) string, pid int) (int, []string, error) {
 	}
 	names := strings.Split(namesStr, ":")
 	if len(names) != n {
-		return 0, nil, &EnvError{Var: EnvListenFDNames, Value: namesStr, Err: fmt.Errorf("%w: %d names for %d fds", ErrListenFDNames, len(names), n)}
+		return n, nil, &EnvError{Var: EnvListenFDNames, Value: namesStr, Err: fmt.Errorf("%w: %d names for %d fds", ErrListenFDNames, len(names), n)}
 	}
 	return n, names, nil
 }

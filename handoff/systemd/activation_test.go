@@ -75,7 +75,7 @@ func TestActivatedBadEnvironment(t *testing.T) {
 			{"a regular file", []*os.File{reg}, []string{"LISTEN_FDS=1", "LISTEN_FDNAMES=http"},
 				report{Is: []string{"ErrNotSocket"}, Types: []string{"FDError activate fd=3 name=http"}, CloExec: []bool{true, false, false}}},
 			{"LISTEN_FDNAMES with two names for one fd", []*os.File{lf}, []string{"LISTEN_FDS=1", "LISTEN_FDNAMES=http:admin"},
-				report{Is: []string{"ErrListenFDNames"}, Types: []string{"EnvError LISTEN_FDNAMES"}, CloExec: []bool{false, false, false}}},
+				report{Is: []string{"ErrListenFDNames"}, Types: []string{"EnvError LISTEN_FDNAMES"}, CloExec: []bool{true, false, false}}},
 			{"a name not found", []*os.File{lf}, []string{"LISTEN_FDS=1", "LISTEN_FDNAMES=http", envTake + "=metrics,tcp,"},
 				report{CloExec: []bool{true, false, false}, Available: []string{"http=tcp4:" + addr},
 					TakeIs: []string{"ErrNotFound"}, TakeTypes: []string{"NotFoundError metrics [http=tcp4:" + addr + "]"}}},

@@ -27,7 +27,7 @@ func TestParseEnv(t *testing.T) {
 		{"fds not a number", map[string]string{"LISTEN_PID": "4242", "LISTEN_FDS": "two"}, 0, nil, ErrListenFDs, "LISTEN_FDS"},
 		{"fds negative", map[string]string{"LISTEN_PID": "4242", "LISTEN_FDS": "-1"}, 0, nil, ErrListenFDs, "LISTEN_FDS"},
 		{"fds huge", map[string]string{"LISTEN_PID": "4242", "LISTEN_FDS": "100000"}, 0, nil, ErrListenFDs, "LISTEN_FDS"},
-		{"too few names", map[string]string{"LISTEN_PID": "4242", "LISTEN_FDS": "2", "LISTEN_FDNAMES": "http"}, 0, nil, ErrListenFDNames, "LISTEN_FDNAMES"},
+		{"too few names", map[string]string{"LISTEN_PID": "4242", "LISTEN_FDS": "2", "LISTEN_FDNAMES": "http"}, 2, nil, ErrListenFDNames, "LISTEN_FDNAMES"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
