@@ -18,6 +18,10 @@ var (
 	ErrNoGroup = errors.New("no steering group pinned for this address")
 	// ErrNotMember: the socket holds no slot of the group.
 	ErrNotMember = errors.New("socket holds no slot of the group")
+	// ErrIncompatible: the pins have another layout (another version of this
+	// package made them); remove them (rm -r the group directory) once no
+	// member uses them.
+	ErrIncompatible = errors.New("pinned group has an incompatible layout")
 	// ErrBadSlot: a slot index or value out of range.
 	ErrBadSlot = errors.New("slot out of range")
 )

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"github.com/zerodrop/zerodrop/reuseport/steer"
@@ -175,42 +176,93 @@ func TestErrors(t *testing.T) {
 }
 
 // A process without CAP_BPF gets an error matching ErrPermission and
-// os.ErrPermission, and leaves no pins.
+// os.ErrPermission, whether it creates a group (the kernel refuses bpf()) or
+// opens one that root pinned, and leaves no pins.
 func TestNoCapability(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
-		dir := bpffs(t)
+		dir := bpffsMode(t, "1777") // anyone may create directories
 		exe := netnstest.ExecutableCopy(t)
-		p := netnstest.StartHelper(t, "join-as-nobody", netnstest.HelperOptions{
-			Path:       exe,
-			Env:        []string{"ZD_DIR=" + dir},
-			Credential: &syscall.Credential{Uid: 65534, Gid: 65534},
-		})
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		out := readLine(t, p, 20*time.Second)
-		if err := p.Wait(ctx); err != nil {
-			t.Fatalf("helper: %v (said %q)", err, out)
-		}
-		if !strings.HasPrefix(out, "permission=true os=true op=true ") {
-			t.Fatalf("helper said %q", out)
-		}
-		t.Logf("as uid 65534: %s", out)
-		for _, f := range pins(t, dir) {
-			if st, err := os.Stat(f); err == nil && !st.IsDir() {
-				t.Fatalf("pin left behind: %s", f)
+		check := func(op, addr, why string) {
+			t.Helper()
+			out := nobody(t, exe, dir, op, addr)
+			t.Logf("as uid 65534, %s: %s", op, out)
+			if !strings.HasPrefix(out, "permission=true os=true op=true ") || !strings.Contains(out, why) {
+				t.Fatalf("helper said %q", out)
 			}
 		}
+		check("join", "127.0.0.1:0", "operation not permitted") // bpf(BPF_MAP_CREATE)
+		if left := pins(t, dir); len(left) != 0 {
+			t.Fatalf("left behind: %v", left)
+		}
+		l := listen(t, "127.0.0.1:0", reuseport.Options{})
+		join(t, &steer.Config{Dir: dir}, l)
+		check("open", l.Addr().String(), "permission denied") // root's pins and directories
 	})
 }
 
-func joinAsNobody() {
-	l, err := (&reuseport.Config{Migration: reuseport.MigrationIgnore}).Listen(context.Background(), "tcp4", "127.0.0.1:0")
-	if err != nil {
-		fmt.Println("listen:", err)
-		return
+// nobody runs the as-nobody helper under uid 65534 and returns its line.
+func nobody(t *testing.T, exe, dir, op, addr string) string {
+	t.Helper()
+	p := netnstest.StartHelper(t, "as-nobody", netnstest.HelperOptions{
+		Path:       exe,
+		Env:        []string{"ZD_DIR=" + dir, "ZD_OP=" + op, "ZD_ADDR=" + addr},
+		Credential: &syscall.Credential{Uid: 65534, Gid: 65534},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out := readLine(t, p, 20*time.Second)
+	if err := p.Wait(ctx); err != nil {
+		t.Fatalf("helper: %v (said %q)", err, out)
 	}
-	defer l.Close()
-	_, err = (&steer.Config{Dir: os.Getenv("ZD_DIR")}).Join(context.Background(), l)
+	return out
+}
+
+// asNobody joins a new listener's group (ZD_OP=join) or opens the group of
+// ZD_ADDR (open), and prints how the error matched.
+func asNobody() {
+	ctx := context.Background()
+	cfg := &steer.Config{Dir: os.Getenv("ZD_DIR")}
+	var err error
+	switch os.Getenv("ZD_OP") {
+	case "join":
+		l, lerr := (&reuseport.Config{Migration: reuseport.MigrationIgnore}).Listen(ctx, "tcp4", os.Getenv("ZD_ADDR"))
+		if lerr != nil {
+			fmt.Println("listen:", lerr)
+			return
+		}
+		defer l.Close()
+		_, err = cfg.Join(ctx, l)
+	case "open":
+		_, err = cfg.Open(ctx, os.Getenv("ZD_ADDR"))
+	}
 	var oe *net.OpError
 	fmt.Printf("permission=%v os=%v op=%v %v\n", errors.Is(err, steer.ErrPermission), errors.Is(err, os.ErrPermission), errors.As(err, &oe), err)
+}
+
+// Pins of another layout (another version of the package) are refused with
+// ErrIncompatible, not misread.
+func TestIncompatiblePins(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		cfg := &steer.Config{Dir: bpffs(t)}
+		a := listen(t, "127.0.0.1:0", reuseport.Options{})
+		m := join(t, cfg, a)
+		pin := filepath.Join(m.Group().Dir(), "slots")
+		if err := os.Remove(pin); err != nil {
+			t.Fatal(err)
+		}
+		bad, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: steer.DefaultSlots})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bad.Close()
+		if err := bad.Pin(pin); err != nil {
+			t.Fatal(err)
+		}
+		b := listen(t, a.Addr().String(), reuseport.Options{})
+		_, err = cfg.Join(context.Background(), b)
+		if !errors.Is(err, steer.ErrIncompatible) || !errors.Is(err, ebpf.ErrMapIncompatible) {
+			t.Fatalf("join with a foreign slots map: %v, want ErrIncompatible", err)
+		}
+		isOp(t, err, "steer join")
+	})
 }

@@ -68,6 +68,9 @@ func (c *Config) join(ctx context.Context, l syscall.Conn, si sockInfo) (*Member
 	err = withLock(ctx, dir, true, func() error {
 		g, err := c.openOrCreate(dir, si.addr, n)
 		if err != nil {
+			// Leave no empty directories behind (os.Remove spares full ones).
+			os.Remove(dir)
+			os.Remove(filepath.Dir(dir))
 			return permission(err)
 		}
 		m, err = g.register(l, si)

@@ -18,7 +18,7 @@ import (
 
 func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("worker", workerMain)
-	netnstest.RegisterHelper("join-as-nobody", joinAsNobody)
+	netnstest.RegisterHelper("as-nobody", asNobody)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }
@@ -26,6 +26,12 @@ func TestMain(m *testing.M) {
 // bpffs mounts a bpf filesystem on a new world-traversable directory for the
 // test and unmounts it at cleanup, so pins vanish with the test.
 func bpffs(tb testing.TB) string {
+	tb.Helper()
+	return bpffsMode(tb, "0755")
+}
+
+// bpffsMode mounts a bpf filesystem whose root has the given mode.
+func bpffsMode(tb testing.TB, mode string) string {
 	tb.Helper()
 	dir, err := os.MkdirTemp("", "zerodrop-bpffs-")
 	if err != nil {
@@ -35,7 +41,7 @@ func bpffs(tb testing.TB) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0755"); err != nil {
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode="+mode); err != nil {
 		tb.Fatalf("mount bpffs on %s: %v", dir, err)
 	}
 	tb.Cleanup(func() {

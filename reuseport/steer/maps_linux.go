@@ -204,5 +204,27 @@ func openPinned(dir string) (*objects, error) {
 		ms = append(ms, m)
 	}
 	o.setMaps(ms)
+	if err := o.compatible(); err != nil {
+		o.Close()
+		return nil, err
+	}
 	return o, nil
+}
+
+// compatible checks that pinned objects have the layout this version
+// expects (pinned by another version of the package, they may not).
+func (o *objects) compatible() error {
+	if o.prog.Type() != ebpf.SkReuseport {
+		return fmt.Errorf("pinned program of type %s: %w", o.prog.Type(), ErrIncompatible)
+	}
+	n := o.sockets.MaxEntries()
+	if n == 0 || n > MaxSlots {
+		return fmt.Errorf("pinned sockarray of %d slots: %w", n, ErrIncompatible)
+	}
+	for i, spec := range mapSpecs(n) {
+		if err := spec.Compatible(o.maps()[i]); err != nil {
+			return fmt.Errorf("pinned map %s: %w: %w", pinNames[i], ErrIncompatible, err)
+		}
+	}
+	return nil
 }
