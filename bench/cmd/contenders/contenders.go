@@ -24,6 +24,7 @@ type contender interface {
 type spec struct {
 	name       string
 	migrateReq int    // net.ipv4.tcp_migrate_req in the run's namespace
+	bpf        bool   // needs a bpf filesystem (envBPF) for its pins
 	about      string // how it restarts, one line
 	make       func() contender
 	// check, if set, says why the contender cannot run on this machine.
@@ -37,6 +38,7 @@ type runEnv struct {
 	self   string   // this binary, re-executed for workers
 	stderr *os.File // workers' stderr: a file, since upgraded processes inherit it
 	gen    int      // last generation started
+	bpfDir string   // a bpf filesystem, for contenders that need one
 }
 
 // nextGen returns the next generation number, as a string.

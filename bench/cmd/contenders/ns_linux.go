@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -19,7 +21,10 @@ import (
 // envRun carries a runSpec, as JSON, to the child that runs it.
 const envRun = "ZD_BENCH_RUN"
 
-// spawnRun runs s in a child process in fresh network and PID namespaces,
+// mountNS is set in a run child, which has a mount namespace of its own.
+var mountNS bool
+
+// spawnRun runs s in a child process in fresh network, PID and mount namespaces,
 // and returns the result it prints. When the child exits, the kernel kills
 // every process left in its PID namespace.
 func spawnRun(ctx context.Context, s runSpec, stderr io.Writer) (runResult, error) {
@@ -38,7 +43,7 @@ func spawnRun(ctx context.Context, s runSpec, stderr io.Writer) (runResult, erro
 	cmd.Env = append(os.Environ(), envRun+"="+string(b))
 	cmd.Stdout, cmd.Stderr = &out, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWPID,
+		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
 		Pdeathsig:  syscall.SIGKILL,
 	}
 	if err := cmd.Run(); err != nil {
@@ -59,6 +64,7 @@ func runChildMain() {
 		return
 	}
 	os.Unsetenv(envRun) // not for the workers
+	mountNS = true
 	var s runSpec
 	if err := json.Unmarshal([]byte(v), &s); err != nil {
 		fmt.Fprintln(os.Stderr, "run child:", err)
@@ -109,4 +115,24 @@ func linkUp(name string) error {
 		return os.NewSyscallError("ioctl SIOCSIFFLAGS", err)
 	}
 	return nil
+}
+
+// mountBPF mounts a bpf filesystem in dir/bpf, in the run child's own mount
+// namespace, after making every mount there private so that nothing
+// propagates to the machine's; it all vanishes with the namespace.
+func mountBPF(dir string) (string, error) {
+	if !mountNS {
+		return "", errors.New("a bpf filesystem needs the mount namespace of a run child")
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return "", &os.PathError{Op: "make mounts private", Path: "/", Err: err}
+	}
+	bpf := filepath.Join(dir, "bpf")
+	if err := os.Mkdir(bpf, 0o700); err != nil {
+		return "", err
+	}
+	if err := unix.Mount("bpf", bpf, "bpf", 0, "mode=0700"); err != nil {
+		return "", &os.PathError{Op: "mount bpf", Path: bpf, Err: err}
+	}
+	return bpf, nil
 }

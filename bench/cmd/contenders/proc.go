@@ -43,7 +43,7 @@ func (e *runEnv) startWorker(ctx context.Context, mode, gen string, env []string
 		return nil, err
 	}
 	cmd := exec.Command(e.self)
-	cmd.Env = append(os.Environ(), envRole+"="+mode, envAddr+"="+e.addr, envGen+"="+gen, envDir+"="+e.dir)
+	cmd.Env = append(os.Environ(), envRole+"="+mode, envAddr+"="+e.addr, envGen+"="+gen, envDir+"="+e.dir, envBPF+"="+e.bpfDir)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = w, e.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/internal/load"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"golang.org/x/sys/unix"
 )
 
 // benchPort is the port every contender serves in its namespace.
@@ -91,6 +92,12 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 		return err
 	}
 	env := &runEnv{addr: "127.0.0.1:" + strconv.Itoa(benchPort), dir: dir, self: self, stderr: stderr}
+	if sp.bpf {
+		if env.bpfDir, err = mountBPF(dir); err != nil {
+			return fmt.Errorf("%s: %w", sp.name, err)
+		}
+		defer unix.Unmount(env.bpfDir, unix.MNT_DETACH)
+	}
 	c := sp.make()
 	if err := c.start(ctx, env); err != nil {
 		return fmt.Errorf("%s: start: %w", sp.name, err)

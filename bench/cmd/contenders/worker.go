@@ -21,6 +21,7 @@ const (
 	envAddr = "ZD_BENCH_ADDR"   // the address to serve
 	envGen  = "ZD_BENCH_GEN"    // the generation, sent back in X-Generation
 	envDir  = "ZD_BENCH_DIR"    // a private directory (pid files, sockets)
+	envBPF  = "ZD_BENCH_BPF"    // a bpf filesystem for pins, or ""
 )
 
 // shutdownTimeout bounds a worker's graceful shutdown.
