@@ -27,6 +27,8 @@ func TestChainOfHandoffs(t *testing.T) {
 		addr := f[3]
 		ld := startLoad(t, addr, 4)
 		ld.waitAnswers(t, 50)
+		time.Sleep(time.Second) // steady state, for the latency comparison
+		var handoffAt []time.Time
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		for g := uint64(2); g <= handoffs+1; g++ {
@@ -35,6 +37,7 @@ func TestChainOfHandoffs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("handoff to generation %d: %v", g, err)
 			}
+			handoffAt = append(handoffAt, time.Now())
 			if res.From != g-1 || res.To != g || res.PID != next.Cmd.Process.Pid {
 				t.Fatalf("Upgrade = %+v, want %d -> %d pid %d", res, g-1, g, next.Cmd.Process.Pid)
 			}
@@ -63,6 +66,7 @@ func TestChainOfHandoffs(t *testing.T) {
 			t.Fatalf("newest generation seen %d, want %d", maxGen, handoffs+1)
 		}
 		checkOrder(t, ld.seqs, handoffs+1)
+		logLatency(t, ld.lat, handoffAt)
 	})
 }
 
@@ -87,4 +91,22 @@ func checkOrder(t *testing.T, seqs [][]uint64, last uint64) {
 			t.Fatalf("generation %d never answered", g)
 		}
 	}
+}
+
+// logLatency reports (never asserts: timing on a shared machine) the client
+// p99 in the 100 ms around each handoff against the steady state before the
+// first one.
+func logLatency(t *testing.T, lat []sample, at []time.Time) {
+	near := func(s sample) bool {
+		for _, h := range at {
+			if d := s.at.Sub(h); d > -100*time.Millisecond && d < 100*time.Millisecond {
+				return true
+			}
+		}
+		return false
+	}
+	steady, n1 := p99(lat, func(s sample) bool { return s.at.Before(at[0].Add(-time.Second)) })
+	around, n2 := p99(lat, near)
+	t.Logf("client p99: steady state %v (%d requests), within 100 ms of a handoff %v (%d requests), ratio %.2f",
+		steady, n1, around, n2, float64(around)/float64(max(steady, 1)))
 }

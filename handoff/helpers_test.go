@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,7 +150,30 @@ type load struct {
 	ok     int
 	errs   []error
 	seqs   [][]uint64 // per worker, the generation of each answer
+	lat    []sample   // every answered request
 	maxGen uint64
+}
+
+// sample is one answered request: when it started and how long it took.
+type sample struct {
+	at time.Time
+	d  time.Duration
+}
+
+// p99 returns the 99th percentile of the latencies of samples for which in
+// is true, and how many there were.
+func p99(ss []sample, in func(sample) bool) (time.Duration, int) {
+	var ds []time.Duration
+	for _, s := range ss {
+		if in(s) {
+			ds = append(ds, s.d)
+		}
+	}
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	slices.Sort(ds)
+	return ds[len(ds)*99/100], len(ds)
 }
 
 func startLoad(t *testing.T, addr string, workers int) *load {
@@ -164,13 +188,16 @@ func startLoad(t *testing.T, addr string, workers int) *load {
 					return
 				default:
 				}
+				t0 := time.Now()
 				g, err := request(addr)
+				d := time.Since(t0)
 				l.mu.Lock()
 				if err != nil {
 					l.errs = append(l.errs, err)
 				} else {
 					l.ok++
 					l.seqs[w] = append(l.seqs[w], g)
+					l.lat = append(l.lat, sample{t0, d})
 					l.maxGen = max(l.maxGen, g)
 				}
 				l.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
 )
 
@@ -115,6 +116,7 @@ func (u *Upgrader) receive(c *conn) (socks []*socket, err error) {
 	}
 	offer := f.Sockets
 	fds := make([]int, 0, len(offer))
+	digests := make([]*reuseport.Digest, 0, len(offer))
 	defer func() {
 		if err != nil {
 			closeFDs(fds)
@@ -135,9 +137,11 @@ func (u *Upgrader) receive(c *conn) (socks []*socket, err error) {
 				Detail: fmt.Sprintf("batch first=%d count=%d with %d fds, expected first=%d count=%d of %d offered", b.First, b.Count, len(got), first, want, len(offer))}
 		}
 		for i, fd := range got {
-			if err := validate(fd, &offer[first+i]); err != nil {
+			d, err := validate(fd, &offer[first+i])
+			if err != nil {
 				return nil, err
 			}
+			digests = append(digests, d)
 		}
 		if err := c.send(&frame{Type: typeAck, Received: len(fds)}, nil); err != nil {
 			return nil, err
@@ -145,7 +149,7 @@ func (u *Upgrader) receive(c *conn) (socks []*socket, err error) {
 	}
 	socks = make([]*socket, len(offer))
 	for i := range offer {
-		socks[i] = &socket{info: offer[i], fd: fds[i]}
+		socks[i] = &socket{info: offer[i], fd: fds[i], digest: digests[i]}
 		u.log.Debug("validated", zap.String("name", offer[i].Name), zap.String("kind", offer[i].Kind), zap.String("address", offer[i].Address))
 	}
 	return socks, nil

@@ -98,6 +98,15 @@ func (u *Upgrader) obtain(ctx context.Context, name, kind, network, address stri
 			s, out, err = u.fresh(ctx, name, kind, network, address)
 		}
 	}
+	if err == nil && s.digest == nil && kind != kindUnix {
+		var d reuseport.Digest
+		d, err = reuseport.ReadDigest(rawFD(s.fd))
+		s.digest = &d
+		if err != nil {
+			closeFDs([]int{s.fd})
+			closeObtained(out)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +149,7 @@ func (u *Upgrader) claim(name, kind, network, address string) (*socket, error) {
 // adopt checks an inherited socket's options and wraps a dup of it.
 func (u *Upgrader) adopt(s *socket, network string) (*obtained, error) {
 	if s.info.Kind != kindUnix {
-		if err := checkOptions(&u.cfg.Listen, network, s.fd); err != nil {
+		if err := u.checkOptions(network, s.fd, *s.digest); err != nil {
 			var mm *reuseport.OptionMismatchError
 			if !u.cfg.WarnOnMismatch || !errors.As(err, &mm) {
 				closeFDs([]int{s.fd})
@@ -243,4 +252,16 @@ func dupConn(c syscall.Conn) (int, error) {
 		return -1, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", serr)
 	}
 	return fd, nil
+}
+
+func closeObtained(o *obtained) {
+	switch {
+	case o == nil:
+	case o.file != nil:
+		o.file.Close()
+	case o.ln != nil:
+		o.ln.Close()
+	case o.pc != nil:
+		o.pc.Close()
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
 )
 
@@ -205,7 +204,8 @@ func (s *server) awaitReady(c *conn, log *zap.Logger, start time.Time) error {
 	return c.send(&frame{Type: typeDone, Generation: r.Generation}, nil)
 }
 
-// offer returns our sockets with their current address and digest.
+// offer returns our sockets with their current address and digest (read
+// when we obtained the socket: options are set before listen).
 func (u *Upgrader) offer() ([]*socket, error) {
 	u.mu.Lock()
 	socks := append([]*socket(nil), u.socks...)
@@ -218,12 +218,8 @@ func (u *Upgrader) offer() ([]*socket, error) {
 			return nil, fmt.Errorf("offer %s: %w", info.Name, err)
 		}
 		info.Address = addr
-		if info.Kind != kindUnix {
-			d, err := reuseport.ReadDigest(rawFD(so.fd))
-			if err != nil {
-				return nil, fmt.Errorf("offer %s: %w", info.Name, err)
-			}
-			info.Digest = d.String()
+		if so.digest != nil {
+			info.Digest = so.digest.String()
 		}
 		out[i] = &socket{info: info, fd: so.fd}
 	}

@@ -58,13 +58,17 @@ type Upgrader struct {
 	srv     *server
 	exit    chan struct{}
 	exitOne sync.Once
+	wants   map[string]reuseport.Digest // probe digests, by network/domain
+	maxOnce sync.Once
+	maxConn int
 }
 
 // socket is one socket we own a reference to: the fd (close-on-exec) and how
 // it was declared.
 type socket struct {
-	info socketInfo
-	fd   int
+	info   socketInfo
+	fd     int
+	digest *reuseport.Digest // nil for unix sockets
 }
 
 // New connects to the predecessor serving cfg.Path, if one does, checks its
@@ -82,7 +86,7 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 2 * time.Minute
 	}
-	u := &Upgrader{cfg: cfg, log: cfg.Logger, gen: 1, names: map[string]bool{}, exit: make(chan struct{})}
+	u := &Upgrader{cfg: cfg, log: cfg.Logger, gen: 1, names: map[string]bool{}, wants: map[string]reuseport.Digest{}, exit: make(chan struct{})}
 	if u.log == nil {
 		u.log = zap.NewNop()
 	}

@@ -23,7 +23,22 @@ func (r rawFD) Write(f func(fd uintptr) bool) error   { f(uintptr(r)); return ni
 // validate checks a received fd against what the offer declared: a socket, of
 // the declared domain, type and protocol, listening if a listener, bound to the
 // declared address, with the declared option digest.
-func validate(fd int, s *socketInfo) error {
+func validate(fd int, s *socketInfo) (*reuseport.Digest, error) {
+	if err := validateKind(fd, s); err != nil {
+		return nil, err
+	}
+	if s.Kind == kindUnix {
+		return nil, nil
+	}
+	d, err := reuseport.ReadDigest(rawFD(fd))
+	if err != nil || d.String() != s.Digest {
+		return nil, &ValidationError{Name: s.Name, Check: "digest", Want: s.Digest, Got: d.String(), Err: err}
+	}
+	return &d, nil
+}
+
+// validateKind does every check of validate but the digest.
+func validateKind(fd int, s *socketInfo) error {
 	bad := func(check, want, got string, err error) error {
 		return &ValidationError{Name: s.Name, Check: check, Want: want, Got: got, Err: err}
 	}
@@ -60,17 +75,7 @@ func validate(fd int, s *socketInfo) error {
 			return bad("SO_ACCEPTCONN", "1", strconv.Itoa(acc), err)
 		}
 	}
-	if err := checkSockname(fd, s); err != nil {
-		return err
-	}
-	if s.Kind == kindUnix {
-		return nil
-	}
-	d, err := reuseport.ReadDigest(rawFD(fd))
-	if err != nil || d.String() != s.Digest {
-		return bad("digest", s.Digest, d.String(), err)
-	}
-	return nil
+	return checkSockname(fd, s)
 }
 
 func domainOK(network string, dom int) bool {
@@ -160,18 +165,36 @@ func wantAddr(network, address string) (string, bool) {
 	return netip.AddrPortFrom(ip, uint16(p)).String(), true
 }
 
-// checkOptions compares an inherited inet socket with what cfg would create:
-// a probe socket of the same kind gets cfg's options (never bound), and the
-// two digests must agree; the backlog is compared with cfg's, clamped to
-// net.core.somaxconn. It returns a *reuseport.OptionMismatchError naming every
-// option that differs.
-func checkOptions(cfg *reuseport.Config, network string, fd int) error {
-	got, err := reuseport.ReadDigest(rawFD(fd))
-	if err != nil {
-		return err
-	}
+// checkOptions compares an inherited inet socket (its digest got) with what
+// cfg would create: a probe socket of the same kind gets cfg's options (never
+// bound), and the two digests must agree; the backlog is compared with cfg's,
+// clamped to net.core.somaxconn. It returns a *reuseport.OptionMismatchError
+// naming every option that differs. The probe's digest is cached per kind.
+func (u *Upgrader) checkOptions(network string, fd int, got reuseport.Digest) error {
 	dom, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
 	typ, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	key := network + "/" + strconv.Itoa(dom)
+	u.mu.Lock()
+	want, ok := u.wants[key]
+	u.mu.Unlock()
+	if !ok {
+		var err error
+		if want, err = probeDigest(&u.cfg.Listen, network, dom, typ); err != nil {
+			return err
+		}
+		u.mu.Lock()
+		u.wants[key] = want
+		u.mu.Unlock()
+	}
+	mm := want.Without("backlog").Compare(got.Without("backlog"))
+	if typ != unix.SOCK_STREAM {
+		return mm
+	}
+	return addBacklog(mm, u.cfg.Listen.Options.Backlog, u.somaxconn(), got)
+}
+
+// probeDigest is the digest of an unbound socket with cfg's options.
+func probeDigest(cfg *reuseport.Config, network string, dom, typ int) (reuseport.Digest, error) {
 	proto := unix.IPPROTO_UDP
 	if typ == unix.SOCK_STREAM {
 		proto = unix.IPPROTO_TCP
@@ -181,29 +204,32 @@ func checkOptions(cfg *reuseport.Config, network string, fd int) error {
 	}
 	p, err := unix.Socket(dom, typ|unix.SOCK_CLOEXEC, proto)
 	if err != nil {
-		return os.NewSyscallError("socket", err)
+		return reuseport.Digest{}, os.NewSyscallError("socket", err)
 	}
 	defer unix.Close(p)
 	if err := cfg.Control(network, "", rawFD(p)); err != nil {
-		return err
+		return reuseport.Digest{}, err
 	}
-	want, err := reuseport.ReadDigest(rawFD(p))
-	if err != nil {
-		return err
-	}
-	mm := want.Without("backlog").Compare(got.Without("backlog"))
-	if typ != unix.SOCK_STREAM {
-		return mm
-	}
-	return addBacklog(mm, cfg.Options.Backlog, got)
+	return reuseport.ReadDigest(rawFD(p))
+}
+
+// somaxconn reads net.core.somaxconn once; 4096 if unreadable.
+func (u *Upgrader) somaxconn() int {
+	u.maxOnce.Do(func() {
+		u.maxConn = 4096
+		if s, err := linux.ReadSysctl("net.core.somaxconn"); err == nil {
+			if n, err := strconv.Atoi(s); err == nil {
+				u.maxConn = n
+			}
+		}
+	})
+	return u.maxConn
 }
 
 // addBacklog adds a backlog difference to mm, if any.
-func addBacklog(mm error, asked int, got reuseport.Digest) error {
-	if s, err := linux.ReadSysctl("net.core.somaxconn"); err == nil {
-		if max, err := strconv.Atoi(s); err == nil && (asked == 0 || asked > max) {
-			asked = max
-		}
+func addBacklog(mm error, asked, somaxconn int, got reuseport.Digest) error {
+	if asked == 0 || asked > somaxconn {
+		asked = somaxconn
 	}
 	gotB := ""
 	for _, v := range got.Values {

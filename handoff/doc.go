@@ -1,0 +1,95 @@
+// Package handoff passes listening sockets from a running process to its
+// successor over a unix socket, so that a restart or an upgrade never closes a
+// listening socket and never loses a connection.
+//
+// # How it works
+//
+// A process creates an Upgrader with New. If a predecessor serves the handoff
+// socket (Config.Path), New connects, checks the predecessor's credentials,
+// and receives its sockets (SCM_RIGHTS) with their declared metadata; each fd
+// is validated before it is accepted. Listen and ListenPacket then return the
+// inherited socket of that name, or, if there is none, one from systemd socket
+// activation (package handoff/systemd), or a fresh one (package reuseport for
+// TCP and UDP). Both processes now hold the same kernel socket and share its
+// accept queue: nothing is queued, migrated or reset.
+//
+// Ready tells the predecessor to stop: its Exit channel closes, and it should
+// close its listeners (only its references; the sockets stay open in the
+// successor) and drain. Accepting before Ready means there is no moment when
+// nobody accepts; connections accepted by a successor that then dies before
+// Ready are lost with it, so a successor that may fail its start-up should
+// accept only after Ready (the kernel queues meanwhile). After Ready the new
+// process serves the handoff socket for its own successor, with Generation one
+// higher. Upgrade is the synchronous trigger for deploy tools: it starts the new
+// process and returns only when a newer generation answers on the handoff
+// socket, or with the reason it did not.
+//
+//	u, err := handoff.New(ctx, handoff.Config{Path: "/run/app/handoff.sock"})
+//	ln, err := u.Listen(ctx, "http", "tcp", ":8080")
+//	go srv.Serve(ln)
+//	err = u.Ready()
+//	<-u.Exit()         // a successor is ready
+//	ln.Close()         // stop accepting; then drain and exit
+//	u.Close()
+//
+// # Security
+//
+// Both ends read the peer's credentials (SO_PEERCRED): by default only a
+// process with our effective UID may fetch fds, or serve them; Config.AllowUIDs
+// widens that. A socket file is created mode 0600 under a temporary name and
+// renamed into place (so a successor always finds a live socket, never none),
+// and New refuses a directory that group or others may write to, or that
+// belongs to another user (*InsecurePathError). An abstract name ("@name") has
+// no file and no permissions; the credential check guards it, but anyone may
+// squat a free abstract name. A stale socket file (its process died: connect
+// gives ECONNREFUSED) is replaced. Each received fd is checked: fstat says
+// socket; SO_DOMAIN, SO_TYPE and SO_PROTOCOL fit the declared kind and network;
+// SO_ACCEPTCONN is set for listeners; getsockname equals the declared address;
+// the reuseport option digest equals the declared one (*ValidationError). Listen
+// then compares the inherited socket's options with Config.Listen and fails
+// with *reuseport.OptionMismatchError naming each difference (or logs it, with
+// WarnOnMismatch): the kernel docs warn that migrating between listeners with
+// different options may break programs. Every fd of a failed or partial
+// transfer is closed; the predecessor keeps serving and counts the failure.
+//
+// # Wire protocol (version 1)
+//
+// A SOCK_STREAM unix socket. Each frame is a 4-byte big-endian payload length
+// (1 to 1 MiB; a longer header is an error, not a read) followed by one JSON
+// object whose "type" says which fields it carries. Every read and write has
+// a deadline (Config.Timeout; the wait for ready has Config.ReadyTimeout). fds
+// travel only with "fds" frames, as one SCM_RIGHTS control message of at most
+// 253 (SCM_MAX_FD) fds sent with the frame's first byte; the receiver reads each
+// frame exactly (never past its end), with MSG_CMSG_CLOEXEC, and treats fds on
+// any other frame, more fds than announced, or MSG_CTRUNC as an error. The
+// successor S connects to the predecessor P:
+//
+//	S -> P  {"type":"hello","version":1,"role":"successor","pid":..,"uid":..}
+//	P -> S  {"type":"hello","version":1,"role":"predecessor","pid":..,"uid":..,"generation":G}
+//	P -> S  {"type":"offer","sockets":[{"name":"http","kind":"tcp-listener",
+//	         "network":"tcp4","address":"127.0.0.1:8080","digest":"sha256:.."},..]}
+//	for each batch of up to 253 sockets, in offer order:
+//	P -> S  {"type":"fds","first":F,"count":K} + SCM_RIGHTS with exactly K fds
+//	S -> P  {"type":"ack","received":F+K}
+//	... S starts serving, then:
+//	S -> P  {"type":"ready","generation":G+1}
+//	P -> S  {"type":"done","generation":G+1}   (P has released the handoff socket)
+//
+// Kinds are "tcp-listener" (network tcp, tcp4, tcp6), "udp" (udp, udp4, udp6)
+// and "unix-listener" (network unix; no digest). Names are unique, 1 to 255
+// bytes of UTF-8; an offer lists at most 4096 sockets. Either side may instead
+// send {"type":"error","code":C,"message":M} and close; C is "version",
+// "in_progress" (P is handing over to another successor: ErrHandoffInProgress),
+// "permission", "protocol", "validation" or "internal". A peer speaking another
+// version gets code "version". An observer (see Observe, Upgrade) sends a hello
+// with "role":"observer" and receives P's hello, which then also carries
+// "failures" (handoffs that failed) and "last_error". Unknown JSON fields are
+// ignored, so later versions may add fields.
+//
+// # Kernel and privileges
+//
+// Linux; SCM_RIGHTS, SO_PEERCRED, SO_DOMAIN and SO_PROTOCOL need Linux 2.6.32+,
+// MSG_CMSG_CLOEXEC 2.6.23+. No capability is needed; an fd passed keeps its
+// creator's UID, which is what the kernel compares when a reuseport group is
+// joined.
+package handoff
