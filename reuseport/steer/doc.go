@@ -15,7 +15,8 @@
 // pin directory) serialises changes between processes.
 //
 // For a new connection the program picks a Live slot at random with
-// probability weight/sum of the Live weights. For a connection that a closing
+// probability weight/sum of the Live weights (BalanceWeighted), or does so
+// among the Live slots with the lowest reported load (BalanceLeastLoaded). For a connection that a closing
 // listener leaves in its queue (established, or a handshake that completes
 // later) it picks, among the Live slots of the closing listener's class, one
 // with the lowest load; with no such slot it returns SK_DROP (the client is

@@ -81,6 +81,11 @@ func TestJoinPinsAndSlots(t *testing.T) {
 		if left := pins(t, dir); len(left) != 0 {
 			t.Fatalf("pins left after the last member: %v", left)
 		}
+		// The largest table still passes the verifier.
+		big := join(t, &steer.Config{Dir: dir, Slots: steer.MaxSlots}, listen(t, "127.0.0.1:0", reuseport.Options{}))
+		if big.Group().Len() != steer.MaxSlots {
+			t.Fatalf("%d slots, want %d", big.Group().Len(), steer.MaxSlots)
+		}
 	})
 }
 

@@ -57,8 +57,8 @@ func (c *Config) join(ctx context.Context, l syscall.Conn, si sockInfo) (*Member
 	if n == 0 {
 		n = DefaultSlots
 	}
-	if n < 0 || n > MaxSlots || c.Mismatch > MismatchHash {
-		return nil, fmt.Errorf("%w: Slots %d (1..%d), Mismatch %d", ErrBadSlot, c.Slots, MaxSlots, c.Mismatch)
+	if n < 0 || n > MaxSlots || c.Mismatch > MismatchHash || c.Balance > BalanceLeastLoaded {
+		return nil, fmt.Errorf("%w: Slots %d (1..%d), Mismatch %d, Balance %d", ErrBadSlot, c.Slots, MaxSlots, c.Mismatch, c.Balance)
 	}
 	dir, err := c.groupDir(si.addr)
 	if err != nil {
@@ -88,7 +88,7 @@ func (c *Config) openOrCreate(dir string, ap netip.AddrPort, n int) (*Group, err
 	obj, err := openPinned(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		unpin(dir) // the pins of a creation that died half-way, if any
-		obj, err = create(uint32(n), c.Mismatch)
+		obj, err = create(uint32(n), configValue{Mismatch: uint32(c.Mismatch), Balance: uint32(c.Balance)})
 		if err == nil {
 			if err = obj.pin(dir); err != nil {
 				obj.Close()

@@ -55,10 +55,13 @@ const (
 // configValue is the single entry of the config map.
 type configValue struct {
 	Mismatch uint32
-	_        uint32
+	Balance  uint32
 }
 
-const offConfigMismatch = 0
+const (
+	offConfigMismatch = 0
+	offConfigBalance  = 4
+)
 
 // cookiesPerSlot sizes the cookies map: room for the members that left in the
 // last cookieGrace.
@@ -107,7 +110,7 @@ func mapSpecs(n uint32) []*ebpf.MapSpec {
 }
 
 // create makes the maps and loads the program for n slots.
-func create(n uint32, mismatch Mismatch) (*objects, error) {
+func create(n uint32, cv configValue) (*objects, error) {
 	o := &objects{}
 	ms := make([]*ebpf.Map, 0, 5)
 	for _, spec := range mapSpecs(n) {
@@ -120,7 +123,7 @@ func create(n uint32, mismatch Mismatch) (*objects, error) {
 		ms = append(ms, m)
 	}
 	o.setMaps(ms)
-	if err := o.config.Put(uint32(0), configValue{Mismatch: uint32(mismatch)}); err != nil {
+	if err := o.config.Put(uint32(0), cv); err != nil {
 		o.Close()
 		return nil, fmt.Errorf("write config: %w", err)
 	}

@@ -125,17 +125,50 @@ const (
 	tcpACK         = 0x10
 )
 
+// leastLoad sets R7, the highest load a slot may have to get a new
+// connection: with BalanceLeastLoaded, the lowest load among the live slots
+// with a weight; otherwise no limit.
+func leastLoad(n int32) asm.Instructions {
+	p := asm.Instructions{
+		asm.LoadImm(asm.R7, 0xffffffff, asm.DWord),
+		asm.StoreImm(asm.RFP, fpKey, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(refConfig),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, fpKey),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "spread"),
+		asm.LoadMem(asm.R1, asm.R0, offConfigBalance, asm.Word),
+		asm.JNE.Imm(asm.R1, int32(BalanceLeastLoaded), "spread"),
+		asm.Mov.Imm(asm.R8, 0),
+		asm.JGE.Imm(asm.R8, n, "spread").WithSymbol("ll_loop"),
+	}
+	p = append(p, lookupSlot("ll_next")...)
+	return append(p,
+		asm.LoadMem(asm.R1, asm.R0, offWeight, asm.Word),
+		asm.JEq.Imm(asm.R1, 0, "ll_next"),
+		asm.LoadMem(asm.R1, asm.R0, offLoad, asm.Word),
+		asm.JGE.Reg(asm.R1, asm.R7, "ll_next"),
+		asm.Mov.Reg(asm.R7, asm.R1),
+		asm.Add.Imm(asm.R8, 1).WithSymbol("ll_next"),
+		asm.Ja.Label("ll_loop"),
+	)
+}
+
 // newConn picks a live slot at random with probability weight/sum: pass one
 // sums the weights in R9, pass two walks them with a random number below the
-// sum. No live weight, or a refused selection, leaves the choice to the hash.
+// sum. Both skip slots whose load is above R7 (see leastLoad). No live weight,
+// or a refused selection, leaves the choice to the hash.
 func newConn(n int32) asm.Instructions {
-	p := asm.Instructions{
-		asm.Mov.Imm(asm.R8, 0),
+	p := leastLoad(n)
+	p = append(p,
+		asm.Mov.Imm(asm.R8, 0).WithSymbol("spread"),
 		asm.Mov.Imm(asm.R9, 0),
 		asm.JGE.Imm(asm.R8, n, "sum_done").WithSymbol("sum_loop"),
-	}
+	)
 	p = append(p, lookupSlot("sum_next")...)
 	p = append(p,
+		asm.LoadMem(asm.R1, asm.R0, offLoad, asm.Word),
+		asm.JGT.Reg(asm.R1, asm.R7, "sum_next"),
 		asm.LoadMem(asm.R1, asm.R0, offWeight, asm.Word),
 		asm.Add.Reg(asm.R9, asm.R1),
 		asm.Add.Imm(asm.R8, 1).WithSymbol("sum_next"),
@@ -149,6 +182,8 @@ func newConn(n int32) asm.Instructions {
 	)
 	p = append(p, lookupSlot("pick_next")...)
 	p = append(p,
+		asm.LoadMem(asm.R1, asm.R0, offLoad, asm.Word),
+		asm.JGT.Reg(asm.R1, asm.R7, "pick_next"),
 		asm.LoadMem(asm.R1, asm.R0, offWeight, asm.Word),
 		asm.JLT.Reg(asm.R9, asm.R1, "picked"),
 		asm.Sub.Reg(asm.R9, asm.R1),

@@ -36,7 +36,8 @@ func (g *Group) SetWeight(i int, weight uint32) error {
 }
 
 // SetLoad records slot i's load (for example its open connections); a
-// migration goes to the candidate with the lowest load.
+// migration goes to the candidate with the lowest load, and so do new
+// connections under BalanceLeastLoaded.
 func (g *Group) SetLoad(i int, load uint32) error {
 	return g.update("set load", i, func(v *slotValue) error {
 		v.Load = load
@@ -74,14 +75,36 @@ func (g *Group) SlotOf(c syscall.Conn) (int, error) {
 // SetMismatch changes what the program does with a migrating connection that
 // no live member of its class can take.
 func (g *Group) SetMismatch(mm Mismatch) error {
-	if g.obj == nil {
-		return opError("set mismatch", g.addr.String(), net.ErrClosed)
-	}
 	if mm > MismatchHash {
 		return opError("set mismatch", g.addr.String(), fmt.Errorf("%w: mismatch %d", ErrBadSlot, mm))
 	}
-	if err := g.obj.config.Put(uint32(0), configValue{Mismatch: uint32(mm)}); err != nil {
-		return opError("set mismatch", g.addr.String(), err)
+	return g.setConfig("set mismatch", func(cv *configValue) { cv.Mismatch = uint32(mm) })
+}
+
+// SetBalance changes how the program spreads new connections.
+func (g *Group) SetBalance(b Balance) error {
+	if b > BalanceLeastLoaded {
+		return opError("set balance", g.addr.String(), fmt.Errorf("%w: balance %d", ErrBadSlot, b))
+	}
+	return g.setConfig("set balance", func(cv *configValue) { cv.Balance = uint32(b) })
+}
+
+func (g *Group) setConfig(op string, f func(*configValue)) error {
+	if g.obj == nil {
+		return opError(op, g.addr.String(), net.ErrClosed)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
+	defer cancel()
+	err := withLock(ctx, g.dir, false, func() error {
+		var cv configValue
+		if err := g.obj.config.Lookup(uint32(0), &cv); err != nil {
+			return err
+		}
+		f(&cv)
+		return g.obj.config.Put(uint32(0), cv)
+	})
+	if err != nil {
+		return opError(op, g.addr.String(), err)
 	}
 	return nil
 }

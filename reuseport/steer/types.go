@@ -30,9 +30,23 @@ const (
 	MismatchHash Mismatch = 1
 )
 
+// Balance says how the program spreads new connections over Live slots.
+type Balance uint32
+
+const (
+	// BalanceWeighted picks a slot at random with probability weight/sum of
+	// the Live weights. The default.
+	BalanceWeighted Balance = 0
+	// BalanceLeastLoaded considers only the Live slots with a weight whose
+	// load (as the members report it with SetLoad) is the lowest, and picks
+	// among them by weight. Loads are what the members last reported: a
+	// burst between two reports all goes to the same slot.
+	BalanceLeastLoaded Balance = 1
+)
+
 // Config says where a group's program is pinned and how the group that the
 // first member creates is set up. The zero value pins under DefaultDir with
-// DefaultSlots slots and MismatchDrop, and logs nothing.
+// DefaultSlots slots, MismatchDrop and BalanceWeighted, and logs nothing.
 type Config struct {
 	// Dir is a directory on a bpf filesystem; the group lives in
 	// Dir/<netns inode>/<address>.
@@ -42,6 +56,8 @@ type Config struct {
 	Slots int
 	// Mismatch is the migration fallback of a new group; see Group.SetMismatch.
 	Mismatch Mismatch
+	// Balance is how a new group spreads new connections; see Group.SetBalance.
+	Balance Balance
 	// Logger receives what cannot be returned (stale slots cleaned); nil
 	// means no logging. Nothing is logged on the connection path.
 	Logger *zap.Logger

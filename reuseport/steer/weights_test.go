@@ -98,3 +98,51 @@ func dial(t *testing.T, addr string, n int) {
 		t.Fatalf("%d of %d dials failed", f, n)
 	}
 }
+
+// Under BalanceLeastLoaded new connections go to the live slot with a weight
+// and the lowest reported load; back under BalanceWeighted, loads no longer
+// matter.
+func TestLeastLoaded(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		cfg := &steer.Config{Dir: bpffs(t), Balance: steer.BalanceLeastLoaded}
+		var ms []member
+		addr := "127.0.0.1:0"
+		for _, s := range []struct{ weight, load uint32 }{{100, 5}, {100, 1}, {0, 0}} {
+			l := listen(t, addr, reuseport.Options{})
+			addr = l.Addr().String()
+			m := join(t, cfg, l)
+			if err := m.SetWeight(s.weight); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.SetLoad(s.load); err != nil {
+				t.Fatal(err)
+			}
+			ms = append(ms, member{l, m})
+		}
+		expect := func(want ...int) {
+			t.Helper()
+			for i, m := range ms {
+				if q := queued(t, m.l); q != want[i] {
+					t.Fatalf("slot %d has %d queued, want %v", i, q, want)
+				}
+			}
+		}
+		dial(t, addr, 100)
+		expect(0, 100, 0)
+		if err := ms[1].m.SetLoad(9); err != nil {
+			t.Fatal(err)
+		}
+		dial(t, addr, 50)
+		expect(50, 100, 0)
+		if err := ms[0].m.Group().SetBalance(steer.BalanceWeighted); err != nil {
+			t.Fatal(err)
+		}
+		dial(t, addr, 200)
+		if a, b := queued(t, ms[0].l)-50, queued(t, ms[1].l)-100; a == 0 || b == 0 || a+b != 200 || queued(t, ms[2].l) != 0 {
+			t.Fatalf("weighted after least-loaded: %d and %d of 200, want both", a, b)
+		}
+		if c := counters(t, ms[1].m); c.Steered != uint64(queued(t, ms[1].l)) {
+			t.Fatalf("slot 1 counted %d, has %d queued", c.Steered, queued(t, ms[1].l))
+		}
+	})
+}
