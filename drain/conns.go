@@ -116,30 +116,53 @@ func (t *tracker) begin() (active int) {
 	return active
 }
 
-// busy counts connections that still have a request to serve: accepted but
-// not read yet (StateNew) or in a request (StateActive).
-func (t *tracker) busy() int {
+// busy counts connections that still have a request to serve: in a request
+// (StateActive) or, when withNew, accepted but not read yet (StateNew).
+func (t *tracker) busy(withNew bool) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
 	for _, ci := range t.conns {
-		if ci.state == http.StateNew || ci.state == http.StateActive {
+		if ci.state == http.StateActive || (withNew && ci.state == http.StateNew) {
 			n++
 		}
 	}
 	return n
 }
 
-// wait returns when no connection is busy, or when ctx ends.
-func (t *tracker) wait(ctx context.Context) error {
-	for t.busy() > 0 {
+// wait returns when no connection is busy, or when ctx ends. Connections
+// that have sent nothing count as busy for grace only.
+func (t *tracker) wait(ctx context.Context, grace time.Duration) error {
+	tm := time.NewTimer(grace)
+	defer tm.Stop()
+	withNew := true
+	for t.busy(withNew) > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-tm.C:
+			withNew = false
 		case <-t.changed:
 		}
 	}
 	return nil
+}
+
+// closeSilent closes the connections that never sent a request (a client's
+// spare connection); net/http's Shutdown would wait 5 s for each.
+func (t *tracker) closeSilent() int {
+	t.mu.Lock()
+	var silent []net.Conn
+	for c, ci := range t.conns {
+		if ci.state == http.StateNew {
+			silent = append(silent, c)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range silent {
+		c.Close()
+	}
+	return len(silent)
 }
 
 // hijackedConns returns the hijacked connections that are still open.

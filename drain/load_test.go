@@ -118,28 +118,81 @@ func (w *worker) drain(t *testing.T) *drain.Report {
 	return &rep
 }
 
-// loadClient sends requests, one new connection each, until stop closes.
-type loadClient struct {
+// stats counts one kind of client's requests.
+type stats struct {
 	ok, failed atomic.Int64
 	mu         sync.Mutex
 	errs       map[string]int
 }
 
-func (lc *loadClient) run(addr string, stop <-chan struct{}) {
+func (st *stats) record(err error) {
+	if err == nil {
+		st.ok.Add(1)
+		return
+	}
+	st.failed.Add(1)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.errs == nil {
+		st.errs = map[string]int{}
+	}
+	st.errs[netnstest.Classify(err).String()+": "+err.Error()]++
+}
+
+func (st *stats) String() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return fmt.Sprintf("%d ok, %d failed %v", st.ok.Load(), st.failed.Load(), st.errs)
+}
+
+// loop calls do until stop closes.
+func loop(stop <-chan struct{}, st *stats, do func() error) {
 	for {
 		select {
 		case <-stop:
 			return
 		default:
 		}
-		if err := oneRequest(addr); err != nil {
-			lc.failed.Add(1)
-			lc.mu.Lock()
-			lc.errs[netnstest.Classify(err).String()+": "+err.Error()]++
-			lc.mu.Unlock()
-		} else {
-			lc.ok.Add(1)
+		st.record(do())
+	}
+}
+
+// keepAliveClient reuses one connection and never retries: a request that
+// fails is a failure; after Connection: close it dials anew.
+type keepAliveClient struct {
+	addr string
+	c    net.Conn
+	br   *bufio.Reader
+}
+
+func (k *keepAliveClient) do() error {
+	if k.c == nil {
+		c, err := net.DialTimeout("tcp4", k.addr, 5*time.Second)
+		if err != nil {
+			return err
 		}
+		k.c, k.br = c, bufio.NewReader(c)
+	}
+	k.c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, err := k.c.Write(keepAliveRequest("/"))
+	var resp *http.Response
+	if err == nil {
+		resp, err = http.ReadResponse(k.br, nil)
+	}
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if err != nil || resp.Close {
+		k.close()
+	}
+	return err
+}
+
+func (k *keepAliveClient) close() {
+	if k.c != nil {
+		k.c.Close()
+		k.c = nil
 	}
 }
 
@@ -164,10 +217,13 @@ func oneRequest(addr string) error {
 	return nil
 }
 
-// TestRollingUnderLoad: two worker processes, closed-loop clients opening a
-// new connection per request for 5 s, one worker drained and replaced every
-// 250 ms. With migration on, no request fails. With it off, the window between
-// the last empty check and close remains; it is measured, not asserted.
+// TestRollingUnderLoad: two worker processes and closed-loop clients for at
+// least 5 s, one worker drained and replaced every 250 ms (or as fast as the
+// machine starts workers, at least 10 times). Clients: a new connection per
+// request, Go's http.Transport with keep-alives, and a keep-alive client that
+// never retries. With migration on, the first two never fail (asserted). With
+// it off, the window between the last empty check and close remains; that, and
+// the idle-close race of the never-retrying client, are measured and logged.
 func TestRollingUnderLoad(t *testing.T) {
 	for _, migrate := range []int{1, 0} {
 		t.Run(fmt.Sprintf("migrate=%d", migrate), func(t *testing.T) {
@@ -184,18 +240,42 @@ func rollingUnderLoad(t *testing.T, migrate bool) {
 	l.Close()
 	workers := []*worker{spawnWorker(t, addr).listen(t), spawnWorker(t, addr).listen(t)}
 	spares := []*worker{spawnWorker(t, addr), spawnWorker(t, addr)}
-	lc := &loadClient{errs: map[string]int{}}
+	perRequest, transport, noRetry := &stats{}, &stats{}, &stats{}
+	tr := &http.Transport{MaxIdleConnsPerHost: 4}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	get := func() error {
+		resp, err := hc.Get("http://" + addr + "/")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for range 8 {
+	for i := range 12 {
 		wg.Add(1)
-		go func() { defer wg.Done(); lc.run(addr, stop) }()
+		go func() {
+			defer wg.Done()
+			switch {
+			case i < 6:
+				loop(stop, perRequest, func() error { return oneRequest(addr) })
+			case i < 9:
+				loop(stop, transport, get)
+			default:
+				k := &keepAliveClient{addr: addr}
+				defer k.close()
+				loop(stop, noRetry, k.do)
+			}
+		}()
 	}
 	var total drain.Report
 	rolls := 0
 	start := time.Now()
 	tick := time.NewTicker(250 * time.Millisecond)
-	for time.Since(start) < 5*time.Second {
+	for (time.Since(start) < 5*time.Second || rolls < 10) && time.Since(start) < 30*time.Second {
 		<-tick.C
 		spares = append(spares, spawnWorker(t, addr))
 		next := spares[0].listen(t)
@@ -220,13 +300,13 @@ func rollingUnderLoad(t *testing.T, migrate bool) {
 	for _, w := range spares {
 		w.start.Close() // it exits without listening
 	}
-	t.Logf("migrate=%v: %d rolls in %v, %d requests ok, %d failed %v; reports: queued %d migrated %d accepted %d remainder %d",
-		migrate, rolls, time.Since(start).Round(time.Millisecond), lc.ok.Load(), lc.failed.Load(), lc.errs,
+	t.Logf("migrate=%v: %d rolls in %v; new connection per request: %v; http.Transport keep-alive: %v; keep-alive, never retrying: %v; reports: queued %d migrated %d accepted %d remainder %d",
+		migrate, rolls, time.Since(start).Round(time.Millisecond), perRequest, transport, noRetry,
 		total.QueuedAtStop, total.Migrated, total.Accepted, total.Remainder)
-	if rolls < 10 || lc.ok.Load() < 1000 {
-		t.Errorf("too little exercised: %d rolls, %d requests", rolls, lc.ok.Load())
+	if rolls < 10 || perRequest.ok.Load() < 500 || transport.ok.Load() < 500 || noRetry.ok.Load() < 500 {
+		t.Errorf("too little exercised: %d rolls, %d/%d/%d requests", rolls, perRequest.ok.Load(), transport.ok.Load(), noRetry.ok.Load())
 	}
-	if migrate && lc.failed.Load() != 0 {
-		t.Errorf("%d requests failed with migration on, want 0: %v", lc.failed.Load(), lc.errs)
+	if migrate && (perRequest.failed.Load() != 0 || transport.failed.Load() != 0) {
+		t.Errorf("failed with migration on, want 0: per request %v; transport %v", perRequest, transport)
 	}
 }

@@ -25,6 +25,11 @@ type Server struct {
 	// Delay is how long Shutdown keeps serving after readiness fails, so load
 	// balancers and Kubernetes endpoints notice. Zero means no delay.
 	Delay time.Duration
+	// NewConnGrace is how long Shutdown waits, once the listener has
+	// stopped, for the first request of connections that were accepted but
+	// have sent nothing; then it closes them (a client's spare connection
+	// would otherwise hold net/http's Shutdown for 5 s). Default 1 s.
+	NewConnGrace time.Duration
 	// Hijacked, if set, is called once for every hijacked connection (for
 	// example a WebSocket) still open when the listener has stopped, so its
 	// owner closes it before the deadline. It must not block. Connections
@@ -50,6 +55,7 @@ type HTTPReport struct {
 	Completed          int           `json:"completed"`           // responses completed after the drain began
 	KeepAliveResponses int           `json:"keepalive_responses"` // of those, on connections that had served a request before
 	HijackedNotified   int           `json:"hijacked_notified"`   // hijacked connections given to the Hijacked callback
+	SilentClosed       int           `json:"silent_closed"`       // connections closed after NewConnGrace without a request
 	Forced             []ForcedConn  `json:"forced,omitempty"`    // connections closed at the deadline
 	ForcedRequests     int           `json:"forced_requests"`     // of those, inside a request
 	DelayTook          time.Duration `json:"delay_ns"`
@@ -130,8 +136,8 @@ func (s *Server) install() {
 // Shutdown drains the server, each phase bounded by ctx: readiness fails;
 // Delay; keep-alives off (idle connections closed, every later response says
 // Connection: close); the listener stops without losing its queue; Hijacked
-// is called; every accepted connection's pending request is served; then
-// http.Server.Shutdown. When ctx ends first, what is left is closed and named
+// is called; every accepted connection's pending request is served (silent
+// ones get NewConnGrace); then http.Server.Shutdown. When ctx ends first, what is left is closed and named
 // in the report, and the error wraps ctx.Err(). The report is logged once.
 func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 	start := time.Now()
@@ -153,7 +159,12 @@ func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 		}
 	}
 	t0 = time.Now()
-	errs = append(errs, s.t.wait(ctx))
+	grace := s.NewConnGrace
+	if grace <= 0 {
+		grace = time.Second
+	}
+	errs = append(errs, s.t.wait(ctx, grace))
+	h.SilentClosed = s.t.closeSilent()
 	h.WaitTook = time.Since(t0)
 	if err := s.HTTP.Shutdown(ctx); err != nil {
 		s.force(h)
