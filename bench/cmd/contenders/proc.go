@@ -36,13 +36,19 @@ type proc struct {
 }
 
 // startWorker starts the worker mode in a new process and waits until it
-// serves. gen "" lets the worker use its pid as generation.
-func (e *runEnv) startWorker(ctx context.Context, mode, gen string, env []string) (*proc, error) {
+// serves. gen "" lets the worker use its pid as generation. files, if any,
+// are passed as fds 3 and up, with LISTEN_PID set to the worker's pid (by a
+// shell that execs it), as systemd does.
+func (e *runEnv) startWorker(ctx context.Context, mode, gen string, env []string, files ...*os.File) (*proc, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(e.self)
+	if len(files) > 0 {
+		cmd = exec.Command("/bin/sh", "-c", `export LISTEN_PID=$$; exec "$0"`, e.self)
+		cmd.ExtraFiles = files
+	}
 	cmd.Env = append(os.Environ(), envRole+"="+mode, envAddr+"="+e.addr, envGen+"="+gen, envDir+"="+e.dir, envBPF+"="+e.bpfDir)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = w, e.stderr

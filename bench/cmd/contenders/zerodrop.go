@@ -17,9 +17,6 @@ import (
 )
 
 // zerodropSpecs are the zerodrop strategies.
-//
-// TODO(issue 7): still to wire in: systemd, the fd-store restart of package
-// handoff/systemd.
 func zerodropSpecs() []spec {
 	return []spec{
 		{name: "zd-drain", migrateReq: 1,
@@ -28,6 +25,9 @@ func zerodropSpecs() []spec {
 		{name: "zd-handoff",
 			about: "zerodrop: one process upgraded by handoff (fds over a unix socket), then drain.Server.Shutdown",
 			make:  func() contender { return &handoffContender{} }},
+		{name: "zd-systemd",
+			about: "zerodrop: systemd fd-store restart (handoff/systemd; the harness plays systemd): stop, start with the stored listener",
+			make:  func() contender { return &systemdContender{} }},
 		{name: "zd-steer", bpf: true,
 			about: "zerodrop: 4 reuseport workers in a reuseport/steer eBPF group, tcp_migrate_req=0, drain.Server steering away",
 			make:  func() contender { return &pool{mode: "steer", n: 4} }},
