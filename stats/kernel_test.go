@@ -94,5 +94,34 @@ func TestSnapshotKernel(t *testing.T) {
 		if tally[netnstest.Reset] != 10 || d.MigrateReqFailure != 10 || d.MigrateReqSuccess != 0 || d.OutRsts != 10 {
 			t.Fatalf("tally %v, counter delta %+v; want 10 reset, failure 10, success 0, out_rsts 10", tally, d)
 		}
+		// The lean parser reads what reuseport.ReadCounters reads.
+		want, err := reuseport.ReadCounters()
+		if got := h.Snapshot().Kernel.Counters; err != nil || got != want {
+			t.Fatalf("snapshot counters %+v, reuseport.ReadCounters %+v, %v", got, want, err)
+		}
 	})
+}
+
+func TestParseCounters(t *testing.T) {
+	in := "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPMigrateReqSuccess TCPMigrateReqFailure\n" +
+		"TcpExt: 1 2 3 4 5\n" +
+		"IpExt: ListenDrops OutRsts\n" +
+		"IpExt: 99 99\n" +
+		"Tcp: RtoAlgorithm MaxConn EstabResets OutRsts\n" +
+		"Tcp: 1 -1 7 8\n"
+	var c reuseport.Counters
+	parseCounters([]byte(in), &c)
+	want := reuseport.Counters{ListenOverflows: 2, ListenDrops: 3, MigrateReqSuccess: 4, MigrateReqFailure: 5, EstabResets: 7, OutRsts: 8}
+	if c != want {
+		t.Fatalf("parsed %+v, want %+v", c, want)
+	}
+}
+
+func BenchmarkReadKernel(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if k := ReadKernel(); k.Err != "" {
+			b.Fatal(k.Err)
+		}
+	}
 }

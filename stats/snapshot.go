@@ -87,21 +87,6 @@ type Kernel struct {
 	Err string `json:"error,omitempty"`
 }
 
-// ReadKernel reads the kernel counters and net.ipv4.tcp_migrate_req of the
-// calling thread's network namespace.
-func ReadKernel() Kernel {
-	var k Kernel
-	c, err := reuseport.ReadCounters()
-	if err != nil {
-		k.Err = err.Error()
-	}
-	k.Counters = c
-	if on, err := reuseport.MigrationEnabled(); err == nil {
-		k.MigrateReq = &on
-	}
-	return k
-}
-
 // durationBuckets are the upper bounds, in seconds, of the duration
 // histograms: drains take milliseconds to seconds, handoffs up to the
 // ReadyTimeout (2 min by default).

@@ -1,0 +1,33 @@
+package promstats_test
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/stats"
+	"github.com/zerodrop/zerodrop/stats/promstats"
+)
+
+// A server exposes /metrics: its drains, its generation, the kernel counters
+// and its reuseport group. (Compile-only: it listens.)
+func ExampleNew() {
+	ctx := context.Background()
+	hub := new(stats.Hub)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(promstats.New(hub, promstats.Options{
+		Groups: []promstats.Group{{Listener: "http", Addr: "127.0.0.1:8080"}},
+	}))
+
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &drain.Server{HTTP: &http.Server{Addr: "127.0.0.1:8080", Handler: mux}}
+	// ... srv.Serve(listener) in a goroutine; on SIGTERM:
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rep, _ := srv.Shutdown(sctx)
+	hub.RecordDrain("http", rep)
+}
