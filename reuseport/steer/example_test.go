@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"syscall"
 	"time"
 
 	"github.com/zerodrop/zerodrop/reuseport"
@@ -69,3 +70,14 @@ func ExampleGroup_Slots() {
 		fmt.Printf("slot %d %s class %d: %+v\n", s.Index, s.State, s.Class, s.Counters)
 	}
 }
+
+// Marker is what package drain needs from a steering group: both *Group and
+// *Member provide it.
+type Marker interface {
+	MarkDraining(syscall.Conn) error
+}
+
+var (
+	_ Marker = (*steer.Group)(nil)
+	_ Marker = (*steer.Member)(nil)
+)

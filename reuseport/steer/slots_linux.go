@@ -182,3 +182,12 @@ func (m *Member) Counters() (Counters, error) {
 	s, err := m.g.slot(m.slot)
 	return s.Counters, err
 }
+
+// MarkDraining marks the slot of the listener c Draining, like
+// Group.MarkDraining.
+func (m *Member) MarkDraining(c syscall.Conn) error {
+	if m.g == nil {
+		return net.ErrClosed
+	}
+	return m.g.MarkDraining(c)
+}
