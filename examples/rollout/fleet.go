@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 )
 
 // fleet is the servers of one strategy's run: a group of workers rolled one
@@ -66,14 +67,17 @@ func (f *fleet) prepare() error {
 // for a group, it stops the old worker (SIGTERM) now that the new one
 // serves; for a single server, it tells the successor to take over, and the
 // handoff stops the old one. mark is called at the moment the old one is
-// told to stop. It returns the old server's report.
-func (f *fleet) roll(i int, mark func()) (*workerReport, error) {
+// told to stop. While the old one drains, the next generation is started
+// if more is set. It returns the old server's report, with RollMS from the
+// start of the restart until the old server exited.
+func (f *fleet) roll(i int, mark func(), more bool) (*workerReport, error) {
 	if len(f.live) == 0 {
 		return nil, errors.New("no server to roll")
 	}
 	if err := f.prepare(); err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	slot := i % len(f.live)
 	old, nw := f.live[slot], f.next
 	f.next = nil
@@ -83,10 +87,22 @@ func (f *fleet) roll(i int, mark func()) (*workerReport, error) {
 			return nil, err
 		}
 		mark() // the successor's Ready returns once the predecessor stopped accepting
-		return old.stop(false)
+	} else {
+		mark()
+		old.signal()
 	}
-	mark()
-	return old.stop(true)
+	var perr error
+	if more {
+		perr = f.prepare()
+	}
+	rep, err := old.stop(false)
+	if rep != nil {
+		rep.RollMS = float64(old.exitTime().Sub(start).Microseconds()) / 1000
+	}
+	if err == nil && perr != nil {
+		err = fmt.Errorf("start the next generation: %w", perr)
+	}
+	return rep, err
 }
 
 // stop stops every live server (SIGTERM), then kills any process left. It

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -23,7 +24,7 @@ func enterNamespace(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), envRole+"="+roleRunner)
+	cmd.Env = append(os.Environ(), envRole+"="+roleRunner, envUserNS+"="+strconv.FormatBool(os.Geteuid() != 0))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, stdout, stderr
 	cmd.SysProcAttr = namespaceAttr(os.Geteuid(), os.Getegid())
 
@@ -62,10 +63,14 @@ func enterNamespace(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// envUserNS tells the runner whether it runs in a user namespace of its own.
+const envUserNS = "ZERODROP_ROLLOUT_USERNS"
+
 // namespaceAttr returns the clone flags for the runner: a new network
-// namespace, and a user namespace unless we are root. The runner dies with us.
+// namespace, a new mount namespace (for a bpf filesystem that vanishes with
+// it), and a user namespace unless we are root. The runner dies with us.
 func namespaceAttr(uid, gid int) *syscall.SysProcAttr {
-	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
 	if uid != 0 {
 		attr.Cloneflags |= syscall.CLONE_NEWUSER
 		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
@@ -109,4 +114,28 @@ func linkUp(name string) error {
 		return os.NewSyscallError("ioctl SIOCSIFFLAGS", err)
 	}
 	return nil
+}
+
+// mountBPF mounts a bpf filesystem on a new directory for the ebpf strategy's
+// pins. It must run in the runner's own mount namespace: it first makes every
+// mount there private, so nothing propagates to the machine's namespace, and
+// everything vanishes with the namespace even if cleanup never runs.
+func mountBPF() (dir string, cleanup func(), err error) {
+	if os.Getenv(envUserNS) == "true" {
+		return "", nil, errors.New("needs root: loading an SK_REUSEPORT program needs CAP_BPF and CAP_NET_ADMIN in the initial user namespace")
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return "", nil, &os.PathError{Op: "make mounts private", Path: "/", Err: err}
+	}
+	if dir, err = os.MkdirTemp("", "zerodrop-bpffs-"); err != nil {
+		return "", nil, err
+	}
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		os.Remove(dir)
+		return "", nil, &os.PathError{Op: "mount bpf", Path: dir, Err: err}
+	}
+	return dir, func() {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		os.Remove(dir)
+	}, nil
 }

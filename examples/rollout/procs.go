@@ -29,9 +29,10 @@ type proc struct {
 	switched chan struct{} // closed at the switched line
 	exited   chan struct{} // closed once reaped
 
-	mu     sync.Mutex
-	report *workerReport // from the report line
-	err    error         // from Wait
+	mu       sync.Mutex
+	exitedAt time.Time
+	report   *workerReport // from the report line
+	err      error         // from Wait
 }
 
 // startProc starts this program as a worker with env added to ours. The
@@ -84,7 +85,7 @@ func (p *proc) read(out io.Reader) {
 	p.stdin.Close()
 	err := p.cmd.Wait()
 	p.mu.Lock()
-	p.err = err
+	p.err, p.exitedAt = err, time.Now()
 	p.mu.Unlock()
 	close(p.exited)
 }
@@ -121,7 +122,7 @@ func (p *proc) wait(ch <-chan struct{}, what string) error {
 // worker's report.
 func (p *proc) stop(signal bool) (*workerReport, error) {
 	if signal {
-		p.cmd.Process.Signal(syscall.SIGTERM)
+		p.signal()
 	}
 	t := time.NewTimer(stopTimeout + 2*time.Second)
 	defer t.Stop()
@@ -140,6 +141,16 @@ func (p *proc) stop(signal bool) (*workerReport, error) {
 		return p.report, fmt.Errorf("worker %d: %v", p.cmd.Process.Pid, p.err)
 	}
 	return p.report, nil
+}
+
+// signal asks the worker to stop (SIGTERM).
+func (p *proc) signal() { p.cmd.Process.Signal(syscall.SIGTERM) }
+
+// exitTime is when the worker was seen to exit (zero before).
+func (p *proc) exitTime() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitedAt
 }
 
 // kill kills the worker if it still runs, and waits (bounded) until reaped.

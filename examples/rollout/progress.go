@@ -77,6 +77,10 @@ func (p *progress) restarted(i int) { p.restarts.Store(int64(i)) }
 // done reports a finished strategy.
 func (p *progress) done(o outcome) {
 	state := "done"
+	if o.Skipped != "" {
+		fmt.Fprintf(p.w, "rollout: %s: skipped: %s\n", o.Name, o.Skipped)
+		return
+	}
 	if len(o.Errors) > 0 {
 		state = "FAILED: " + o.Errors[0]
 	}

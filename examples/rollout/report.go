@@ -48,7 +48,12 @@ type outcome struct {
 	P99MSRestart float64            `json:"p99_ms_restart"`
 	Generations  int                `json:"generations_seen"` // distinct X-Generation values answered
 	Stops        []workerReport     `json:"stops"`
-	Errors       []string           `json:"errors,omitempty"`
+	// FirstErrors is the first error the clients saw in each failure class;
+	// Marks the requests sent around each restart, and how many failed.
+	FirstErrors map[load.Class]string `json:"first_errors,omitempty"`
+	Marks       []load.Event          `json:"marks,omitempty"`
+	Errors      []string              `json:"errors,omitempty"`
+	Skipped     string                `json:"skipped,omitempty"` // why it did not run
 }
 
 // drainTotals adds up the drain reports of the restarts.
@@ -111,6 +116,7 @@ func (o *outcome) fill(res *load.Result, reports []workerReport) {
 	}
 	o.P50MS, o.P99MSSteady, o.P99MSRestart = res.P50MS, res.P99MSSteady, res.P99MSRestart
 	o.Generations = len(res.Headers)
+	o.FirstErrors, o.Marks = res.Errors, res.Marks
 }
 
 func writeJSON(w io.Writer, s *summary) error {
@@ -127,7 +133,7 @@ func writeTable(w io.Writer, s *summary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "strategy\tservers\trestarts\trequests\tfailed\treset\trefused\teof\ttimeout\tqueue lost\tkernel RSTs\tp99 steady\tp99 restart\t")
 	for _, o := range s.Strategies {
-		if len(o.Errors) > 0 && o.Requests == 0 {
+		if o.Skipped != "" || len(o.Errors) > 0 && o.Requests == 0 {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", o.Name)
 			continue
 		}
@@ -141,6 +147,9 @@ func writeTable(w io.Writer, s *summary) error {
 	}
 	fmt.Fprint(w, tableNotes)
 	for _, o := range s.Strategies {
+		if o.Skipped != "" {
+			fmt.Fprintf(w, "%s: skipped: %s\n", o.Name, o.Skipped)
+		}
 		for _, e := range o.Errors {
 			fmt.Fprintf(w, "%s: %s\n", o.Name, e)
 		}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -19,7 +20,14 @@ import (
 // runnerMain runs inside the private network namespace: it brings lo up,
 // runs every strategy in turn and prints the summary.
 func runnerMain(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
-	sum, err := runAll(ctx, cfg, stderr)
+	var bpf bpfFS
+	if slices.ContainsFunc(cfg.Strategies, func(n string) bool { return strategies[n].bpf }) {
+		var cleanup func()
+		if bpf.dir, cleanup, bpf.err = mountBPF(); bpf.err == nil {
+			defer cleanup()
+		}
+	}
+	sum, err := runAll(ctx, cfg, bpf, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "rollout: %v\n", err)
 		return exitError
@@ -44,8 +52,15 @@ func runnerMain(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// bpfFS is the bpf filesystem the ebpf strategy pins its program in, or why
+// there is none.
+type bpfFS struct {
+	dir string
+	err error
+}
+
 // runAll prepares the namespace and runs each strategy.
-func runAll(ctx context.Context, cfg config, stderr io.Writer) (*summary, error) {
+func runAll(ctx context.Context, cfg config, bpf bpfFS, stderr io.Writer) (*summary, error) {
 	if err := linkUp("lo"); err != nil {
 		return nil, fmt.Errorf("bring up lo: %w", err)
 	}
@@ -65,7 +80,7 @@ func runAll(ctx context.Context, cfg config, stderr io.Writer) (*summary, error)
 		if ctx.Err() != nil {
 			break
 		}
-		o := runStrategy(ctx, cfg, strategies[name], exe, stderr, prog)
+		o := runStrategy(ctx, cfg, strategies[name], exe, bpf, stderr, prog)
 		sum.Strategies = append(sum.Strategies, o)
 	}
 	return sum, nil
@@ -73,10 +88,11 @@ func runAll(ctx context.Context, cfg config, stderr io.Writer) (*summary, error)
 
 // runStrategy runs one strategy: servers up, load on, a restart every
 // Duration/(Restarts+1), load off, servers down. Problems end up in Errors.
-func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, stderr io.Writer, prog *progress) outcome {
+func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, bpf bpfFS, stderr io.Writer, prog *progress) outcome {
 	o := newOutcome(s, cfg)
-	if s.missing != "" {
-		o.Errors = append(o.Errors, "not available: "+s.missing)
+	if s.bpf && bpf.err != nil {
+		o.Skipped = bpf.err.Error()
+		prog.done(o)
 		return o
 	}
 	if err := linux.WriteSysctl(linux.MigrateReq, strconv.Itoa(s.migrateReq)); err != nil {
@@ -96,6 +112,7 @@ func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, stder
 	}
 	f := &fleet{s: s, exe: exe, stderr: stderr, env: []string{
 		envStrategy + "=" + s.name, envAddr + "=" + addr, envHandoff + "=" + filepath.Join(dir, "handoff.sock"),
+		envBPF + "=" + bpf.dir,
 	}}
 	defer f.kill()
 	if err := f.start(o.Workers); err != nil {
@@ -178,21 +195,14 @@ func rollAll(ctx context.Context, cfg config, f *fleet, g *load.Generator, loadD
 			return reports, nil
 		case <-t.C:
 		}
-		t0 := time.Now()
-		rep, err := f.roll(i, func() { g.Mark("restart") })
+		rep, err := f.roll(i, func() { g.Mark("restart") }, i < cfg.Restarts)
 		if rep != nil {
-			rep.RollMS = msSince(t0)
 			reports = append(reports, *rep)
 		}
 		if err != nil {
 			return reports, fmt.Errorf("restart %d: %w", i, err)
 		}
 		prog.restarted(i)
-		if i < cfg.Restarts {
-			if err := f.prepare(); err != nil {
-				return reports, fmt.Errorf("restart %d: %w", i+1, err)
-			}
-		}
 		t.Reset(max(0, time.Until(start.Add(time.Duration(i+1)*interval))))
 	}
 	return reports, nil

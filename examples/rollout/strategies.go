@@ -14,6 +14,7 @@ import (
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/reuseport/steer"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,10 +26,10 @@ type strategy struct {
 	// single: one server process upgraded in place (its successor takes
 	// over by itself) instead of a group of workers rolled one by one.
 	single bool
+	// bpf: the strategy loads an eBPF program and needs a bpf filesystem.
+	bpf bool
 	// serve runs one server until told to stop, then stops it.
 	serve func(ctx context.Context, w worker) (workerReport, error)
-	// missing says why the strategy cannot run yet; empty when it can.
-	missing string
 }
 
 // strategies are all the known strategies, by name; order gives the run order.
@@ -36,7 +37,7 @@ var strategies = map[string]*strategy{
 	"close":   {name: "close", migrateReq: 0, serve: serveClose},
 	"migrate": {name: "migrate", migrateReq: 1, serve: serveMigrate},
 	"handoff": {name: "handoff", migrateReq: 0, single: true, serve: serveHandoff},
-	"ebpf":    {name: "ebpf", migrateReq: 0, missing: "reuseport/steer (SK_REUSEPORT steering) is not finished yet"},
+	"ebpf":    {name: "ebpf", migrateReq: 0, bpf: true, serve: serveEBPF},
 }
 
 var order = []string{"close", "migrate", "handoff", "ebpf"}
@@ -44,16 +45,9 @@ var order = []string{"close", "migrate", "handoff", "ebpf"}
 // strategyNames lists every strategy in run order.
 func strategyNames() []string { return slices.Clone(order) }
 
-// defaultStrategies lists the strategies that can run.
-func defaultStrategies() []string {
-	var out []string
-	for _, n := range order {
-		if strategies[n].missing == "" {
-			out = append(out, n)
-		}
-	}
-	return out
-}
+// defaultStrategies lists the strategies run unless --strategies says
+// otherwise: all of them (ebpf is skipped without root).
+func defaultStrategies() []string { return strategyNames() }
 
 // serveClose is what most Go servers do today: SO_REUSEPORT set through
 // net.ListenConfig (Go's defaults otherwise, so MPTCP since Go 1.24), and
@@ -108,6 +102,29 @@ func serveMigrate(ctx context.Context, w worker) (workerReport, error) {
 		return rep, err
 	}
 	ds := &drain.Server{HTTP: newServer(w.gen)}
+	ready := func() error { w.ready(w.gen); return nil }
+	return serveDrained(ds, ln, ready, ctx.Done(), rep)
+}
+
+// serveEBPF steers instead of migrating: reuseport listeners with
+// tcp_migrate_req=0 that join an SK_REUSEPORT program's group
+// (reuseport/steer). drain.Server marks the stopping worker Draining (no new
+// connections reach it), accepts until its queue is empty, and closes; what
+// the close still leaves behind the program migrates to a live member.
+func serveEBPF(ctx context.Context, w worker) (workerReport, error) {
+	rep := workerReport{Generation: w.gen}
+	cfg := reuseport.Config{Migration: reuseport.MigrationIgnore}
+	ln, err := cfg.Listen(ctx, "tcp4", w.addr)
+	if err != nil {
+		return rep, err
+	}
+	m, err := (&steer.Config{Dir: w.bpfDir}).Join(ctx, ln)
+	if err != nil {
+		ln.Close()
+		return rep, err
+	}
+	defer m.Close() // after the listener: the program needs the member's class until then
+	ds := &drain.Server{HTTP: newServer(w.gen), Listener: drain.Options{Steerer: m.Group()}}
 	ready := func() error { w.ready(w.gen); return nil }
 	return serveDrained(ds, ln, ready, ctx.Done(), rep)
 }
@@ -173,7 +190,7 @@ func serveDrained(ds *drain.Server, ln net.Listener, ready func() error, stop <-
 	}
 	if r != nil {
 		rep.Drained = true
-		rep.Method = string(r.Method)
+		rep.Method, rep.Steered = string(r.Method), r.Steered
 		rep.Queued, rep.Migrated, rep.Accepted, rep.Remainder = r.QueuedAtStop, r.Migrated, r.Accepted, r.Remainder
 		rep.Errors = append(rep.Errors, r.Errors...)
 		if r.HTTP != nil {

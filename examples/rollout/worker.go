@@ -21,6 +21,7 @@ const (
 	envGen      = "ZERODROP_ROLLOUT_GENERATION"
 	envAddr     = "ZERODROP_ROLLOUT_ADDR"
 	envHandoff  = "ZERODROP_ROLLOUT_HANDOFF" // handoff socket path
+	envBPF      = "ZERODROP_ROLLOUT_BPFFS"   // bpf filesystem for the ebpf strategy
 )
 
 // The line protocol between runner and worker. On stdout the worker writes
@@ -43,6 +44,7 @@ type worker struct {
 	gen     int    // generation given by the runner (handoff: ignored)
 	addr    string // 127.0.0.1:port, the same for every worker of a run
 	handoff string // path of the handoff socket
+	bpfDir  string // bpf filesystem for steer's pins
 	// ready tells the runner that this worker serves, and which generation
 	// it is.
 	ready func(gen int)
@@ -59,13 +61,14 @@ type workerReport struct {
 	Generation int      `json:"generation"`
 	Drained    bool     `json:"drained"` // a drain report exists
 	Method     string   `json:"method"`
+	Steered    bool     `json:"steered,omitempty"` // marked Draining in the eBPF program first
 	Queued     int      `json:"queued_at_stop"`
 	Migrated   int      `json:"migrated"`
 	Accepted   int      `json:"accepted"`
 	Remainder  int      `json:"remainder"`
 	Forced     int      `json:"forced"`  // HTTP connections closed at the deadline
 	TookMS     float64  `json:"took_ms"` // the stop, as the worker measured it
-	RollMS     float64  `json:"roll_ms"` // the whole restart, successor's start included (set by the runner)
+	RollMS     float64  `json:"roll_ms"` // from the restart (successor serving) to the old server's exit; set by the runner
 	Errors     []string `json:"errors,omitempty"`
 }
 
@@ -82,7 +85,7 @@ func workerMain(stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	w := worker{gen: gen, addr: os.Getenv(envAddr), handoff: os.Getenv(envHandoff)}
+	w := worker{gen: gen, addr: os.Getenv(envAddr), handoff: os.Getenv(envHandoff), bpfDir: os.Getenv(envBPF)}
 	w.ready = func(g int) { fmt.Fprintf(stdout, "%s %d\n", lineReady, g) }
 	w.takeOver = func(ready func() error) error {
 		if err := awaitGo(ctx, os.Stdin); err != nil {
