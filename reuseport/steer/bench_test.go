@@ -5,12 +5,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"github.com/zerodrop/zerodrop/reuseport/steer"
@@ -59,6 +61,7 @@ func benchInNamespace(b *testing.B) {
 // acceptGroup is a two-member group whose members accept and close.
 type acceptGroup struct {
 	addr     string
+	dir      string // pins of the steered group
 	ls       []*reuseport.Listener
 	accepted atomic.Int64
 	wg       sync.WaitGroup
@@ -70,7 +73,7 @@ func newAcceptGroup(b *testing.B, cfg *steer.Config) *acceptGroup {
 		l := listen(b, g.addr, reuseport.Options{})
 		g.addr = l.Addr().String()
 		if cfg != nil {
-			join(b, cfg, l)
+			g.dir = join(b, cfg, l).Group().Dir()
 		}
 		g.ls = append(g.ls, l)
 		g.wg.Add(1)
@@ -123,10 +126,25 @@ func (g *acceptGroup) batch(n int) time.Duration {
 // benchInterleaved alternates batches of 100 connections between a plain
 // group and a steered one (each going first every other time), so that both
 // see the same machine load, and
-// reports each one's throughput and their ratio. b.N connections per group.
+// reports each one's throughput, their ratio, and the program's own mean run
+// time (kernel BPF stats). b.N connections per group.
 func benchInterleaved(b *testing.B) {
 	plain := newAcceptGroup(b, nil)
 	steered := newAcceptGroup(b, &steer.Config{Dir: bpffs(b)})
+	prog, err := ebpf.LoadPinnedProgram(filepath.Join(steered.dir, "prog"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer prog.Close()
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stats.Close()
+	before, err := prog.Stats()
+	if err != nil {
+		b.Fatal(err)
+	}
 	const size = 100
 	var tp, ts time.Duration
 	b.ResetTimer()
@@ -147,6 +165,9 @@ func benchInterleaved(b *testing.B) {
 	b.ReportMetric(float64(b.N)/tp.Seconds(), "plain-conns/s")
 	b.ReportMetric(float64(b.N)/ts.Seconds(), "steer-conns/s")
 	b.ReportMetric(tp.Seconds()/ts.Seconds(), "steer/plain")
+	if after, err := prog.Stats(); err == nil && after.RunCount > before.RunCount {
+		b.ReportMetric(float64(after.Runtime-before.Runtime)/float64(after.RunCount-before.RunCount), "prog-ns/run")
+	}
 }
 
 // loUp sets IFF_UP on lo in the benchmark child's namespace.
