@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -14,7 +15,8 @@ type connInfo struct {
 	remote string
 	since  time.Time
 	state  http.ConnState
-	served int // responses completed on it
+	served int       // responses completed on it
+	idle   time.Time // when it last became idle
 }
 
 type connKey struct{}
@@ -28,6 +30,7 @@ type tracker struct {
 	hijacked map[net.Conn]time.Time
 	changed  chan struct{} // signalled on every change
 	draining bool
+	closing  atomic.Bool // responses say Connection: close
 
 	completed, keepAlive int // counted after the drain began
 	userState            func(net.Conn, http.ConnState)
@@ -71,6 +74,9 @@ func (t *tracker) connState(c net.Conn, s http.ConnState) {
 	default:
 		if ci := t.conns[c]; ci != nil {
 			ci.state = s
+			if s == http.StateIdle {
+				ci.idle = time.Now()
+			}
 		}
 	}
 	t.mu.Unlock()
@@ -86,6 +92,9 @@ func (t *tracker) connState(c net.Conn, s http.ConnState) {
 // handler counts completed responses around h.
 func (t *tracker) handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if t.closing.Load() {
+			w.Header().Set("Connection", "close")
+		}
 		h.ServeHTTP(w, r)
 		ci, _ := r.Context().Value(connKey{}).(*connInfo)
 		if ci == nil {
@@ -163,6 +172,49 @@ func (t *tracker) closeSilent() int {
 		c.Close()
 	}
 	return len(silent)
+}
+
+// settleIdle closes idle keep-alive connections without racing their
+// clients. Responses begun from now on say Connection: close. Connections idle
+// for window already are closed at once; the others get until window from now
+// to send one more request, answered with Connection: close, after which they
+// close by themselves. It returns when none is left idle, at window, or when
+// ctx ends; the caller closes what is still idle.
+func (t *tracker) settleIdle(ctx context.Context, window time.Duration) {
+	t.closing.Store(true)
+	tm := time.NewTimer(window)
+	defer tm.Stop()
+	for t.closeIdle(window) > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tm.C:
+			return
+		case <-t.changed:
+		}
+	}
+}
+
+// closeIdle closes connections idle for at least window and returns how many
+// idle ones are younger.
+func (t *tracker) closeIdle(window time.Duration) (young int) {
+	now := time.Now()
+	var old []net.Conn
+	t.mu.Lock()
+	for c, ci := range t.conns {
+		switch {
+		case ci.state != http.StateIdle:
+		case now.Sub(ci.idle) >= window:
+			old = append(old, c)
+		default:
+			young++
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range old {
+		c.Close()
+	}
+	return young
 }
 
 // hijackedConns returns the hijacked connections that are still open.

@@ -40,11 +40,13 @@
 // http.Server.Shutdown drops every request it reads after it began
 // (golang/go#65802): a connection accepted a moment before, whose request was
 // not read yet, gets no reply. Server runs the phases in the order that loses
-// nothing: readiness fails (Ready answers 503), an optional Delay, keep-alives
-// off (idle connections closed at once; later responses say Connection:
-// close), the lossless listener stop, a callback for hijacked connections,
-// serving every accepted connection's pending request, and only then
-// http.Server.Shutdown. At the deadline, what is left is closed and named in
+// nothing: readiness fails (Ready answers 503), an optional Delay, the
+// lossless listener stop, Connection: close on every later response and idle
+// keep-alive connections closed (at once if idle for IdleGrace, otherwise
+// after their next response, so busy clients do not race the close), a
+// callback for hijacked connections, serving every accepted connection's
+// pending request, and only then http.Server.Shutdown. At the deadline, what
+// is left is closed and named in
 // the report. HTTP/2 connections get their GOAWAY from http.Server.Shutdown.
 //
 // The package never installs signal handlers or exits; see the examples for

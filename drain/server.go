@@ -25,6 +25,12 @@ type Server struct {
 	// Delay is how long Shutdown keeps serving after readiness fails, so load
 	// balancers and Kubernetes endpoints notice. Zero means no delay.
 	Delay time.Duration
+	// IdleGrace: once the listener has stopped, keep-alive connections idle
+	// for at least this long are closed at once; those idle for less (or
+	// finishing a response begun before the drain) get up to IdleGrace to
+	// send one more request, answered with Connection: close, so a busy
+	// client does not race the close. Default 100 ms.
+	IdleGrace time.Duration
 	// NewConnGrace is how long Shutdown waits, once the listener has
 	// stopped, for the first request of connections that were accepted but
 	// have sent nothing; then it closes them (a client's spare connection
@@ -134,11 +140,12 @@ func (s *Server) install() {
 }
 
 // Shutdown drains the server, each phase bounded by ctx: readiness fails;
-// Delay; keep-alives off (idle connections closed, every later response says
-// Connection: close); the listener stops without losing its queue; Hijacked
-// is called; every accepted connection's pending request is served (silent
-// ones get NewConnGrace); then http.Server.Shutdown. When ctx ends first, what is left is closed and named
-// in the report, and the error wraps ctx.Err(). The report is logged once.
+// Delay; the listener stops without losing its queue; every later response
+// says Connection: close and idle connections are closed (see IdleGrace);
+// Hijacked is called; every accepted connection's pending request is served
+// (silent ones get NewConnGrace); then http.Server.Shutdown. When ctx ends
+// first, what is left is closed and named in the report, and the error wraps
+// ctx.Err(). The report is logged once.
 func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 	start := time.Now()
 	s.draining.Store(true)
@@ -147,11 +154,13 @@ func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 	errs := []error{s.delay(ctx)}
 	h.DelayTook = time.Since(start)
 
-	s.HTTP.SetKeepAlivesEnabled(false)
+	s.t.closing.Store(true) // responses begun from now on say Connection: close
 	t0 := time.Now()
 	r, err := s.stopListener(ctx)
 	errs = append(errs, err)
 	h.StopTook = time.Since(t0)
+	s.t.settleIdle(ctx, orDefault(s.IdleGrace, 100*time.Millisecond))
+	s.HTTP.SetKeepAlivesEnabled(false) // closes what is idle still
 	for _, c := range s.t.hijackedConns() {
 		if s.Hijacked != nil {
 			s.Hijacked(c)
@@ -159,11 +168,7 @@ func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 		}
 	}
 	t0 = time.Now()
-	grace := s.NewConnGrace
-	if grace <= 0 {
-		grace = time.Second
-	}
-	errs = append(errs, s.t.wait(ctx, grace))
+	errs = append(errs, s.t.wait(ctx, orDefault(s.NewConnGrace, time.Second)))
 	h.SilentClosed = s.t.closeSilent()
 	h.WaitTook = time.Since(t0)
 	if err := s.HTTP.Shutdown(ctx); err != nil {
@@ -224,6 +229,13 @@ func (s *Server) force(h *HTTPReport) {
 	for _, c := range s.t.hijackedConns() {
 		c.Close()
 	}
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
 }
 
 func firstError(errs []error) error {
