@@ -181,6 +181,20 @@ func (l *Listener) checkTakenLocked() {
 	}
 }
 
+// closeUntaken closes the drained connections no Accept took (they would
+// leak otherwise) and returns how many.
+func (l *Listener) closeUntaken() int {
+	l.mu.Lock()
+	cs := l.handoff
+	l.handoff = nil
+	l.checkTakenLocked()
+	l.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+	return len(cs)
+}
+
 func (l *Listener) pending() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -199,7 +213,8 @@ func (l *Listener) signal() {
 // It is safe to call from any goroutine and more than once; later calls wait
 // for the first and return the same result. It does not wait for Accept to
 // take the drained connections (http.Server.Shutdown calls Close while holding
-// a lock that its Serve loop needs); Stop does.
+// a lock that its Serve loop needs); Stop does. Drained connections that no
+// Accept takes within CloseTimeout after the stop are closed and logged.
 func (l *Listener) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.CloseTimeout)
 	defer cancel()
@@ -208,7 +223,7 @@ func (l *Listener) Close() error {
 }
 
 // Stop stops the listener like Close, then waits until Accept has taken every
-// connection the drain accepted, or ctx ends. It returns the stop's Report
+// connection the drain accepted, or ctx ends (then it closes them). It returns the stop's Report
 // (the same for every call) and the first error met.
 func (l *Listener) Stop(ctx context.Context) (*Report, error) {
 	l.stop(ctx)
@@ -216,8 +231,9 @@ func (l *Listener) Stop(ctx context.Context) (*Report, error) {
 	case <-l.taken:
 		return l.report, l.err
 	case <-ctx.Done():
+		n := l.closeUntaken()
 		return l.report, &net.OpError{Op: "drain", Net: "tcp", Addr: l.tl.Addr(),
-			Err: fmt.Errorf("%d accepted connections not taken by Accept: %w", l.pending(), ctx.Err())}
+			Err: fmt.Errorf("%d drained connections not taken by Accept, closed: %w", n, ctx.Err())}
 	}
 }
 

@@ -314,3 +314,36 @@ func waitLine(t *testing.T, p *netnstest.Proc, want string) {
 		t.Fatalf("helper said %q, %v; want %q", buf[:n], err, want)
 	}
 }
+
+// TestDrainedNotTaken: connections the drain accepted but no Accept took are
+// closed, by Stop when its ctx ends and by Close after CloseTimeout, so they
+// do not leak (the harness counts fds).
+func TestDrainedNotTaken(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		for _, useStop := range []bool{true, false} {
+			tl := listenTCP(t, "127.0.0.1:0")
+			cs := netnstest.Queue(t, tl.Addr().String(), 3, netnstest.ClientOptions{})
+			dl, err := drain.Wrap(tl, drain.Options{CloseTimeout: 200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if useStop {
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				_, err = dl.Stop(ctx)
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "3 drained connections") {
+					t.Errorf("Stop: %v, want 3 untaken connections and deadline exceeded", err)
+				}
+			} else if err := dl.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if rep := dl.Report(); rep.Method != drain.MethodAccept || rep.Accepted != 3 {
+				t.Errorf("report %+v, want 3 accepted", rep)
+			}
+			tally := cs.Await(5 * time.Second)
+			if tally[netnstest.Answered] != 0 || tally[netnstest.Timeout] != 0 {
+				t.Errorf("stop=%v: %v, want every client closed", useStop, tally)
+			}
+		}
+	})
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,6 +30,13 @@ func (l *Listener) stop(ctx context.Context) {
 		l.mu.Unlock()
 		l.signal()
 		r.log(l.opts.Logger)
+		if l.pending() > 0 {
+			time.AfterFunc(l.opts.CloseTimeout, func() {
+				if n := l.closeUntaken(); n > 0 {
+					l.opts.Logger.Warn("closed drained connections no Accept took", zap.String("addr", r.Addr), zap.Int("connections", n))
+				}
+			})
+		}
 	})
 }
 
