@@ -12,10 +12,11 @@
 // (DurationBuckets).
 //
 // Snapshot returns those totals together with the kernel counters of the
-// calling thread's network namespace (reuseport.ReadCounters: TcpExt
+// calling thread's network namespace (the figures of reuseport.ReadCounters: TcpExt
 // TCPMigrateReqSuccess/Failure, ListenOverflows, ListenDrops, and Tcp.OutRsts
 // and EstabResets, the only kernel trace of a queue reset while
-// net.ipv4.tcp_migrate_req is 0) and that sysctl. A Snapshot marshals to JSON.
+// net.ipv4.tcp_migrate_req is 0) and that sysctl. A Snapshot marshals to JSON;
+// a Hub is also an http.Handler that serves it.
 //
 // Subscribe streams every record as an Event through a bounded buffer: a slow
 // subscriber loses events (Snapshot.DroppedEvents counts them) and never

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"reflect"
 	"sync"
 	"testing"
@@ -201,5 +202,19 @@ func TestConcurrent(t *testing.T) {
 	}
 	if drains != 8*67 || handoffs != 8*67 || s.Events != 8*134 {
 		t.Fatalf("drains %d handoffs %d events %d, want %d, %d, %d", drains, handoffs, s.Events, 8*67, 8*67, 8*134)
+	}
+}
+
+func TestServeHTTP(t *testing.T) {
+	var h Hub
+	h.RecordHandoff(Handoff{From: 1, To: 2, Took: time.Second, Sockets: 3})
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/debug/zerodrop", nil))
+	var s Snapshot
+	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil || w.Code != 200 || w.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("%d %s: %v", w.Code, w.Body, err)
+	}
+	if s.Generation != 2 || len(s.Handoffs) != 1 || s.Handoffs[0].Sockets != 3 {
+		t.Fatalf("snapshot %+v", s)
 	}
 }
