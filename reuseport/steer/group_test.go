@@ -136,6 +136,12 @@ func TestErrors(t *testing.T) {
 
 		// Slot table full; a slot whose socket closed is freed by the next Join.
 		m0 := join(t, cfg, l)
+		if _, err := cfg.Join(ctx, l); !errors.Is(err, syscall.EBUSY) {
+			t.Fatalf("joining the same listener twice: %v, want EBUSY", err)
+		}
+		if i, err := m0.Group().SlotOf(l); err != nil || i != 0 {
+			t.Fatalf("after the failed second join, SlotOf = %d, %v; want 0", i, err)
+		}
 		l1 := listen(t, l.Addr().String(), reuseport.Options{})
 		join(t, cfg, l1)
 		l2 := listen(t, l.Addr().String(), reuseport.Options{})

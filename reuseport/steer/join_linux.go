@@ -75,6 +75,7 @@ func (c *Config) join(ctx context.Context, l syscall.Conn, si sockInfo) (*Member
 		}
 		m, err = g.register(l, si)
 		if err != nil {
+			g.removeIfEmpty()
 			g.Close()
 			return err
 		}
@@ -158,7 +159,7 @@ func (m *Member) release() error {
 		errs = append(errs, o.sockets.Delete(key))
 	}
 	var cv cookieValue
-	if o.cookies.Lookup(m.cookie, &cv) == nil && cv.Closed == 0 {
+	if o.cookies.Lookup(m.cookie, &cv) == nil && cv.Slot == key && cv.Closed == 0 {
 		cv.Closed = now()
 		errs = append(errs, o.cookies.Put(m.cookie, cv), o.slots.Put(key, slotValue{}))
 	}
@@ -229,18 +230,24 @@ func (m *Member) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
 	defer cancel()
 	err := withLock(ctx, g.dir, false, func() error {
-		err := m.release()
-		if g.empty() {
-			err = errors.Join(err, unpin(g.dir), os.Remove(g.dir))
-			os.Remove(filepath.Dir(g.dir)) // the netns directory, if now empty
-		}
-		return err
+		return errors.Join(m.release(), g.removeIfEmpty())
 	})
 	err = errors.Join(err, g.Close())
 	if err != nil {
 		return opError("close", g.addr.String(), err)
 	}
 	return nil
+}
+
+// removeIfEmpty removes the pins and the directories when no slot is taken.
+// Lock held.
+func (g *Group) removeIfEmpty() error {
+	if !g.empty() {
+		return nil
+	}
+	err := errors.Join(unpin(g.dir), os.Remove(g.dir))
+	os.Remove(filepath.Dir(g.dir)) // the netns directory, if now empty
+	return err
 }
 
 // empty reports whether no slot is taken. Lock held.
