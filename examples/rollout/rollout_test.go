@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -203,4 +204,35 @@ func processesWithEnv(t *testing.T, key string) []string {
 		}
 	}
 	return out
+}
+
+// Flags: defaults, and every bad value refused with a message.
+func TestFlags(t *testing.T) {
+	cfg, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Duration != 10*time.Second || cfg.Concurrency != 64 || cfg.Workers != 4 || cfg.Restarts != 10 ||
+		!slices.Equal(cfg.Strategies, []string{"close", "migrate", "handoff", "ebpf"}) || cfg.JSON {
+		t.Errorf("defaults %+v", cfg)
+	}
+	cfg, err = parseFlags([]string{"--strategies", "handoff, close,handoff", "--json", "--duration", "3s"}, io.Discard)
+	if err != nil || !slices.Equal(cfg.Strategies, []string{"handoff", "close"}) || !cfg.JSON || cfg.Duration != 3*time.Second {
+		t.Errorf("got %+v, %v", cfg, err)
+	}
+	for _, args := range [][]string{
+		{"--strategies", "tableflip"}, {"--strategies", ","}, {"--duration", "10ms"}, {"--concurrency", "0"},
+		{"--workers", "1"}, {"--restarts", "-1"}, {"--timeout", "1ms"}, {"extra"}, {"--nope"},
+	} {
+		var msg bytes.Buffer
+		if _, err := parseFlags(args, &msg); err == nil || !strings.Contains(msg.String(), "usage:") {
+			t.Errorf("%v: err %v, message %q", args, err, msg.String())
+		}
+	}
+	if code := run([]string{"--help"}, io.Discard, io.Discard); code != exitOK {
+		t.Errorf("--help: exit %d", code)
+	}
+	if code := run([]string{"--workers", "0"}, io.Discard, io.Discard); code != exitUsage {
+		t.Errorf("--workers 0: exit %d, want %d", code, exitUsage)
+	}
 }
