@@ -66,7 +66,7 @@ func (g *Group) SlotOf(c syscall.Conn) (int, error) {
 	}
 	var cv cookieValue
 	err = g.obj.cookies.Lookup(cookie, &cv)
-	if errors.Is(err, ebpf.ErrKeyNotExist) {
+	if errors.Is(err, ebpf.ErrKeyNotExist) || err == nil && cv.Closed != 0 {
 		return -1, fmt.Errorf("%w: socket cookie %d", ErrNotMember, cookie)
 	}
 	return int(cv.Slot), err
