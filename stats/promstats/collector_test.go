@@ -3,6 +3,7 @@ package promstats_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -206,5 +207,16 @@ func TestLint(t *testing.T) {
 	problems, err := testutil.CollectAndLint(promstats.New(hub, promstats.Options{}))
 	if err != nil || len(problems) != 0 {
 		t.Fatalf("lint: %v %v", problems, err)
+	}
+}
+
+// Handler serves the text exposition.
+func TestHandler(t *testing.T) {
+	hub := new(stats.Hub)
+	hub.SetGeneration(3)
+	w := httptest.NewRecorder()
+	promstats.Handler(hub, promstats.Options{}).ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	if w.Code != 200 || !strings.Contains(w.Body.String(), "\nzerodrop_generation 3\n") {
+		t.Fatalf("%d\n%s", w.Code, w.Body)
 	}
 }

@@ -2,6 +2,8 @@
 // counters and the reuseport groups of chosen listeners to Prometheus. It is
 // the only zerodrop package that imports github.com/prometheus/client_golang.
 //
+// Register New(hub, opts) in your registry, or serve Handler(hub, opts).
+//
 // # Metrics
 //
 // Every name starts with zerodrop_; counters end in _total, durations are in

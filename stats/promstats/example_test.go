@@ -12,6 +12,12 @@ import (
 	"github.com/zerodrop/zerodrop/stats/promstats"
 )
 
+// The shortest way to /metrics.
+func ExampleHandler() {
+	hub := new(stats.Hub)
+	http.Handle("/metrics", promstats.Handler(hub, promstats.Options{}))
+}
+
 // A server exposes /metrics: its drains, its generation, the kernel counters
 // and its reuseport group. (Compile-only: it listens.)
 func ExampleNew() {
