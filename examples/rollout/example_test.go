@@ -9,7 +9,7 @@ import (
 
 // Reading the --json output, for example in CI: fail when a lossless
 // strategy lost a request. (Runs the command, which needs root or user
-// namespaces and about 35 s: compile-only.)
+// namespaces and about 40 s: compile-only.)
 func Example() {
 	out, err := exec.Command("go", "run", "./examples/rollout", "--json").Output()
 	if err != nil {

@@ -77,10 +77,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg := config{}
 	fs := flag.NewFlagSet("rollout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "load duration per strategy")
+	fs.DurationVar(&cfg.Duration, "duration", 8*time.Second, "load duration per strategy")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 64, "clients, each opening a new connection per request")
 	fs.IntVar(&cfg.Workers, "workers", 4, "server processes in the reuseport group (handoff always runs one)")
-	fs.IntVar(&cfg.Restarts, "restarts", 10, "restarts per strategy, evenly spread over the duration")
+	fs.IntVar(&cfg.Restarts, "restarts", 8, "restarts per strategy, evenly spread over the duration")
 	fs.DurationVar(&cfg.Timeout, "timeout", 2*time.Second, "bound on each request, connect included")
 	list := fs.String("strategies", strings.Join(defaultStrategies(), ","), "comma-separated strategies: "+strings.Join(strategyNames(), ", "))
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON object instead of the table")
@@ -136,7 +136,10 @@ strategy, and counts the requests each way of restarting loses:
   migrate  reuseport listeners, tcp_migrate_req=1, drain's lossless stop
   handoff  one server upgraded in place: its successor inherits the
            listening socket over a unix socket (package handoff)
-  ebpf     (not yet) an SK_REUSEPORT program steers around draining workers
+  ebpf     reuseport workers in an SK_REUSEPORT program (reuseport/steer):
+           the stopping worker gets no new connection, drains, closes;
+           tcp_migrate_req=0 (needs root)
 
-Runs as root (a new network namespace) or, otherwise, in a new user
-namespace. The machine's own sysctls and ports are never touched.`
+Runs in new network and mount namespaces (as root) or, otherwise, in a new
+user namespace as well. The machine's own sysctls and ports are never
+touched.`

@@ -167,7 +167,7 @@ func writeTable(w io.Writer, s *summary) error {
 const tableNotes = `
 failed: requests without a full reply (reset, refused, eof: connection closed before a reply, timeout).
 queue lost: connections left in a stopping listener's accept queue, per the drain reports ('-': no report).
-kernel RSTs: Tcp.OutRsts over the run; with tcp_migrate_req=0 the only counter a queue reset moves.
+kernel RSTs: Tcp.OutRsts while the load ran (any cause); a queue reset with tcp_migrate_req=0 moves no other counter.
 p99: over successful requests, in steady 100 ms buckets and in those within 200 ms of a restart.
 `
 

@@ -212,7 +212,7 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Duration != 10*time.Second || cfg.Concurrency != 64 || cfg.Workers != 4 || cfg.Restarts != 10 ||
+	if cfg.Duration != 8*time.Second || cfg.Concurrency != 64 || cfg.Workers != 4 || cfg.Restarts != 8 ||
 		!slices.Equal(cfg.Strategies, []string{"close", "migrate", "handoff", "ebpf"}) || cfg.JSON {
 		t.Errorf("defaults %+v", cfg)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -130,12 +131,12 @@ func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, bpf b
 	if err != nil {
 		o.Errors = append(o.Errors, err.Error())
 	}
-	if err := f.stop(); err != nil {
-		o.Errors = append(o.Errors, err.Error())
-	}
-	after, err := reuseport.ReadCounters()
+	after, err := reuseport.ReadCounters() // before the final stop: the load's window only
 	if err == nil {
 		o.Kernel = after.Sub(before)
+	}
+	if err := f.stop(); err != nil {
+		o.Errors = append(o.Errors, err.Error())
 	}
 	o.fill(res, reports)
 	prog.done(o)
@@ -171,6 +172,9 @@ func drive(ctx context.Context, cfg config, f *fleet, url string, prog *progress
 	}
 	wg.Wait()
 	stopProg()
+	if ctx.Err() != nil {
+		return res, reports, errors.New("interrupted")
+	}
 	if rerr != nil {
 		return res, reports, rerr
 	}
