@@ -40,6 +40,10 @@ type Options struct {
 // Listener is a TCP listener whose Close stops listening without losing the
 // accept queue (see the package documentation for the three methods). Accept
 // is the wrapped listener's Accept, untouched while serving.
+//
+// Under a bare http.Server, MethodAccept hands the drained connections to
+// Serve after Shutdown has begun, and net/http drops their requests
+// (golang/go#65802); Server runs the stop before Shutdown and serves them.
 type Listener struct {
 	tl   *net.TCPListener
 	opts Options

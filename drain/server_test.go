@@ -2,6 +2,7 @@ package drain_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // waitDraining waits until the readiness handler answers 503.
@@ -203,6 +206,8 @@ func keepAliveRequest(path string) []byte {
 func TestSlowRequestCompletes(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		p := newPhase(t, nil)
+		core, logs := observer.New(zap.InfoLevel)
+		p.ds.Logger = zap.New(core)
 		c := dial(t, p.addr)
 		c.Write(keepAliveRequest("/block"))
 		p.awaitHandler(t)
@@ -216,6 +221,18 @@ func TestSlowRequestCompletes(t *testing.T) {
 		r := <-res
 		if r.err != nil || r.rep.HTTP.InFlightAtStart != 1 || r.rep.HTTP.Completed != 1 || len(r.rep.HTTP.Forced) != 0 {
 			t.Errorf("report %+v, err %v; want 1 in flight, 1 completed, none forced", r.rep.HTTP, r.err)
+		}
+		// Logged once; JSON has the listener and the HTTP figures.
+		if all := logs.All(); len(all) != 1 || all[0].Message != "drained" || all[0].ContextMap()["completed"] != int64(1) {
+			t.Errorf("log entries %+v, want one \"drained\" with completed=1", all)
+		}
+		b, err := json.Marshal(r.rep)
+		var back map[string]any
+		if err == nil {
+			err = json.Unmarshal(b, &back)
+		}
+		if err != nil || back["method"] != "accept" || back["http"].(map[string]any)["completed"] != 1.0 {
+			t.Errorf("JSON %s: %v", b, err)
 		}
 		p.wait()
 	})
