@@ -14,8 +14,10 @@
 // the child, the contender starts its server on 127.0.0.1:8080, the load
 // generator (package internal/load, a new connection per request by default)
 // sends requests at the given concurrency, and the contender restarts its
-// server on a fixed schedule, marking every moment a listener closes or
-// changes hands. The child prints its result as JSON; the parent writes, in
+// server -restarts times, -period after each restart has ended, marking
+// every moment a listener closes or changes hands; -lead and -tail of steady
+// load frame the restarts, then the load stops (requests still in flight
+// then are not counted). The child prints its result as JSON; the parent writes, in
 // the output directory, one JSON file and one SVG plot per run, and
 // results.md and results.json with a table per contender.
 //

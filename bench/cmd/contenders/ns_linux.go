@@ -36,7 +36,7 @@ func spawnRun(ctx context.Context, s runSpec, stderr io.Writer) (runResult, erro
 	if err != nil {
 		return runResult{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.duration()+2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, s.maxDuration()+time.Minute)
 	defer cancel()
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, self)

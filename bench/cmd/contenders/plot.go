@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -14,6 +15,9 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 )
+
+// bucketMS is the width of the load's buckets (its default).
+const bucketMS = 100
 
 var (
 	markColor = color.RGBA{R: 120, G: 120, B: 120, A: 255}
@@ -27,7 +31,7 @@ func plotRun(path string, r runResult) error {
 	l := r.Load
 	var lat, fail plotter.XYs
 	for _, b := range l.Buckets {
-		t := b.StartMS / 1000
+		t := (b.StartMS + bucketMS/2) / 1000 // its middle
 		if b.P99MS > 0 {
 			lat = append(lat, plotter.XY{X: t, Y: b.P99MS})
 		}
@@ -45,7 +49,7 @@ func plotRun(path string, r runResult) error {
 		s.Contender, s.Concurrency, s.Rep, r.Restarts, l.Requests, l.Failed)
 	top.Y.Label.Text = "p99 per bucket, ms"
 	top.Y.Scale = plot.LogScale{}
-	top.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	top.Y.Tick.Marker = logTicks{}
 	bottom := plot.New()
 	bottom.X.Label.Text = "time, s (grey: restarts)"
 	bottom.Y.Label.Text = "failed per bucket"
@@ -116,4 +120,25 @@ func (m markLines) Plot(c draw.Canvas, p *plot.Plot) {
 		X := trX(x)
 		c.StrokeLine2(sty, X, c.Min.Y, X, c.Max.Y)
 	}
+}
+
+// logTicks labels 1, 2, 3, 5 and 7 times each power of ten in range, so that a
+// range within one decade still has labels.
+type logTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (logTicks) Ticks(min, max float64) []plot.Tick {
+	var ts []plot.Tick
+	if min <= 0 || max <= 0 {
+		return ts
+	}
+	for e := math.Floor(math.Log10(min)); e <= math.Ceil(math.Log10(max)); e++ {
+		for _, m := range []float64{1, 2, 3, 5, 7} {
+			v := m * math.Pow(10, e)
+			if v >= min && v <= max {
+				ts = append(ts, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
+			}
+		}
+	}
+	return ts
 }

@@ -27,6 +27,8 @@ type summary struct {
 	Concurrency   int                  `json:"concurrency"`
 	Reps          int                  `json:"reps"`
 	Restarts      int                  `json:"restarts"`
+	RestartMS     float64              `json:"restart_ms_median"` // one restart, start to done
+	RestartMSMax  float64              `json:"restart_ms_max"`
 	Requests      int64                `json:"requests"`
 	Failed        int64                `json:"failed"`
 	FailedPerRep  []int64              `json:"failed_per_rep"`
@@ -96,10 +98,12 @@ func (s *summary) add(r runResult) {
 // finish computes the medians of the latencies over s's runs.
 func (s *summary) finish(runs []runResult) {
 	var f [6][]float64
+	var took []float64
 	for _, r := range runs {
 		if r.Spec.Contender != s.Contender || r.Spec.Concurrency != s.Concurrency || r.Load == nil {
 			continue
 		}
+		took = append(took, r.RestartMS...)
 		l := r.Load
 		for i, v := range []float64{l.P50MSSteady, l.P99MSSteady, l.MaxMSSteady,
 			l.P50MSRestart, l.P99MSRestart, l.MaxMSRestart} {
@@ -108,6 +112,10 @@ func (s *summary) finish(runs []runResult) {
 	}
 	s.P50Steady, s.P99Steady, s.MaxSteady = median(f[0]), median(f[1]), median(f[2])
 	s.P50Restart, s.P99Restart, s.MaxRestart = median(f[3]), median(f[4]), median(f[5])
+	s.RestartMS = median(took)
+	if len(took) > 0 {
+		s.RestartMSMax = slices.Max(took)
+	}
 }
 
 func median(v []float64) float64 {
@@ -124,19 +132,19 @@ func median(v []float64) float64 {
 
 // writeMarkdown writes the tables.
 func writeMarkdown(w io.Writer, rows []summary) {
-	fmt.Fprintln(w, "| contender | c | restarts | requests | failed (per rep) | failures by class | p50 / p99 / max steady ms | p50 / p99 / max around restarts ms | p99 ratio |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| contender | c | restarts | restart ms (median / max) | requests | failed (per rep) | failures by class | p50 / p99 / max steady ms | p50 / p99 / max around restarts ms | p99 ratio |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range rows {
 		if s.Skipped != "" {
-			fmt.Fprintf(w, "| %s | %d | skipped: %s |||||||\n", s.Contender, s.Concurrency, s.Skipped)
+			fmt.Fprintf(w, "| %s | %d | skipped: %s ||||||||\n", s.Contender, s.Concurrency, s.Skipped)
 			continue
 		}
 		ratio := "-"
 		if s.P99Steady > 0 {
 			ratio = fmt.Sprintf("%.2f", s.P99Restart/s.P99Steady)
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %d | %d (%s) | %s | %.2f / %.2f / %.1f | %.2f / %.2f / %.1f | %s |\n",
-			s.Contender, s.Concurrency, s.Restarts, s.Requests, s.Failed, joinInts(s.FailedPerRep),
+		fmt.Fprintf(w, "| %s | %d | %d | %.0f / %.0f | %d | %d (%s) | %s | %.2f / %.2f / %.1f | %.2f / %.2f / %.1f | %s |\n",
+			s.Contender, s.Concurrency, s.Restarts, s.RestartMS, s.RestartMSMax, s.Requests, s.Failed, joinInts(s.FailedPerRep),
 			classList(s.FailedByClass), s.P50Steady, s.P99Steady, s.MaxSteady,
 			s.P50Restart, s.P99Restart, s.MaxRestart, ratio)
 	}
@@ -225,8 +233,8 @@ func progressLine(r runResult) string {
 		return head + " error: " + r.Error
 	}
 	l := r.Load
-	line := fmt.Sprintf("%s %d restarts, %d requests, %d failed (%s), p99 steady %.2f ms, around restarts %.2f ms",
-		head, r.Restarts, l.Requests, l.Failed, classList(l.FailedByClass), l.P99MSSteady, l.P99MSRestart)
+	line := fmt.Sprintf("%s %d restarts (median %.0f ms), %d requests, %d failed (%s), p99 steady %.2f ms, around restarts %.2f ms",
+		head, r.Restarts, median(r.RestartMS), l.Requests, l.Failed, classList(l.FailedByClass), l.P99MSSteady, l.P99MSRestart)
 	if r.Error != "" {
 		line += "; error: " + r.Error
 	}

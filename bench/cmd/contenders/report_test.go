@@ -15,7 +15,7 @@ import (
 func fakeRun(name string, c, rep int, failed int64, p99 float64) runResult {
 	return runResult{
 		Spec:     runSpec{Contender: name, Concurrency: c, Rep: rep},
-		Restarts: 10,
+		Restarts: 10, RestartMS: []float64{float64(rep), 10 * float64(rep), 5},
 		Counters: reuseport.Counters{OutRsts: uint64(failed), MigrateReqSuccess: 3},
 		Load: &load.Result{Requests: 1000, Failed: failed,
 			FailedByClass: map[load.Class]int64{load.Reset: failed},
@@ -50,8 +50,8 @@ func TestSummarize(t *testing.T) {
 	var md strings.Builder
 	writeMarkdown(&md, rows)
 	for _, want := range []string{
-		"| naive | 64 | 30 | 3000 | 18 (5/7/6) | reset 18 | 0.00 / 2.00 / 0.0 | 0.00 / 4.00 / 0.0 | 2.00 |",
-		"| reuseport-m1 | 64 | 30 | 3000 | 0 (0/0/0) | - |",
+		"| naive | 64 | 30 | 5 / 30 | 3000 | 18 (5/7/6) | reset 18 | 0.00 / 2.00 / 0.0 | 0.00 / 4.00 / 0.0 | 2.00 |",
+		"| reuseport-m1 | 64 | 30 | 5 / 30 | 3000 | 0 (0/0/0) | - |",
 		"| nginx | 64 | skipped: nginx is not installed |",
 		"| naive | 64 | 9 | 0 | 0 | 0 | 18 | 0 |",
 	} {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -21,7 +22,7 @@ type runSpec struct {
 	Concurrency int           `json:"concurrency"`
 	Rep         int           `json:"rep"`
 	Restarts    int           `json:"restarts"`  // asked for
-	Period      time.Duration `json:"period_ns"` // between restarts
+	Period      time.Duration `json:"period_ns"` // after a restart, before the next
 	Lead        time.Duration `json:"lead_ns"`   // steady load before the first
 	Tail        time.Duration `json:"tail_ns"`   // steady load after the last
 	Window      time.Duration `json:"window_ns"` // around a mark
@@ -29,19 +30,23 @@ type runSpec struct {
 	KeepAlive   bool          `json:"keepalive"`
 }
 
-// duration is how long the load runs.
-func (s runSpec) duration() time.Duration {
-	return s.Lead + time.Duration(s.Restarts)*s.Period + s.Tail
+// maxDuration bounds a run: every restart may take as long as a worker may
+// take to start and to stop.
+func (s runSpec) maxDuration() time.Duration {
+	return s.Lead + time.Duration(s.Restarts)*(s.Period+readyTimeout+exitTimeout) + s.Tail
 }
 
 // runResult is what one run measured.
 type runResult struct {
-	Spec     runSpec            `json:"spec"`
-	Restarts int                `json:"restarts"` // done
-	Counters reuseport.Counters `json:"counters"` // deltas over the run
-	Load     *load.Result       `json:"load,omitempty"`
-	Skipped  string             `json:"skipped,omitempty"`
-	Error    string             `json:"error,omitempty"`
+	Spec     runSpec `json:"spec"`
+	Restarts int     `json:"restarts"` // done
+	// RestartMS is how long each restart took, from its start until the new
+	// server served and the old one was gone (or reloading, for nginx).
+	RestartMS []float64          `json:"restart_ms"`
+	Counters  reuseport.Counters `json:"counters"` // deltas over the run
+	Load      *load.Result       `json:"load,omitempty"`
+	Skipped   string             `json:"skipped,omitempty"`
+	Error     string             `json:"error,omitempty"`
 }
 
 // findSpec returns the contender named name.
@@ -103,7 +108,7 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 		return fmt.Errorf("%s: start: %w", sp.name, err)
 	}
 	g, err := load.New(load.Config{URL: "http://" + env.addr + "/", Concurrency: s.Concurrency,
-		Duration: s.duration(), Timeout: s.Timeout, KeepAlive: s.KeepAlive, Header: "X-Generation",
+		Duration: s.maxDuration(), Timeout: s.Timeout, KeepAlive: s.KeepAlive, Header: "X-Generation",
 		Window: s.Window})
 	if err != nil {
 		c.stop(ctx)
@@ -119,13 +124,18 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 		err error
 	}
 	done := make(chan ran, 1)
-	start := time.Now()
-	go func() { r, err := g.Run(ctx); done <- ran{r, err} }()
-	n, rerr := schedule(ctx, start, s, c, g.Mark)
+	lctx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	go func() { r, err := g.Run(lctx); done <- ran{r, err} }()
+	took, rerr := schedule(ctx, s, c, g.Mark)
+	stopLoad() // the requests in flight now are not counted: none is near a restart
 	out := <-done
+	if errors.Is(out.err, context.Canceled) && ctx.Err() == nil {
+		out.err = nil
+	}
 	after, cerr := reuseport.ReadCounters()
 	serr := c.stop(ctx)
-	res.Restarts, res.Load, res.Counters = n, out.r, after.Sub(before)
+	res.Restarts, res.RestartMS, res.Load, res.Counters = len(took), took, out.r, after.Sub(before)
 	for _, err := range []error{rerr, out.err, cerr, serr} {
 		if err != nil {
 			return err
@@ -134,31 +144,45 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	return nil
 }
 
-// schedule restarts c every s.Period after s.Lead, s.Restarts times at most,
-// and never after the last restart's slot: a restart that overruns delays
-// the next ones, and those left when the slots run out are not done.
-func schedule(ctx context.Context, start time.Time, s runSpec, c contender, mark func(string)) (int, error) {
-	end := start.Add(s.Lead + time.Duration(s.Restarts)*s.Period)
-	t := time.NewTimer(0)
-	defer t.Stop()
-	n := 0
-	for ; n < s.Restarts; n++ {
-		at := start.Add(s.Lead + time.Duration(n)*s.Period)
-		t.Reset(time.Until(at))
-		select {
-		case <-ctx.Done():
-			return n, ctx.Err()
-		case <-t.C:
-		}
-		if ctx.Err() != nil {
-			return n, ctx.Err()
-		}
-		if !time.Now().Before(end) {
-			break
-		}
+// schedule waits s.Lead, restarts c s.Restarts times, waiting s.Period after
+// each restart has ended, then waits s.Tail. It returns how long each
+// restart took, in milliseconds.
+func schedule(ctx context.Context, s runSpec, c contender, mark func(string)) ([]float64, error) {
+	var took []float64
+	if err := sleep(ctx, s.Lead); err != nil {
+		return took, err
+	}
+	if s.Restarts == 0 {
+		return took, sleep(ctx, s.Tail)
+	}
+	for n := range s.Restarts {
+		t0 := time.Now()
 		if err := c.restart(ctx, mark); err != nil {
-			return n, fmt.Errorf("%s: restart %d: %w", s.Contender, n+1, err)
+			return took, fmt.Errorf("%s: restart %d: %w", s.Contender, n+1, err)
+		}
+		took = append(took, float64(time.Since(t0).Microseconds())/1000)
+		wait := s.Period
+		if n == s.Restarts-1 {
+			wait = s.Tail
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return took, err
 		}
 	}
-	return n, nil
+	return took, nil
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

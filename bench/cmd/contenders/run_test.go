@@ -13,16 +13,14 @@ import (
 
 // Each contender, run briefly in a fresh namespace the way the command runs
 // it: every restart is done and marked, new generations serve, and every
-// worker is gone afterwards (the harness checks fds and goroutines). The
-// restarts are spaced widely: a -race worker took up to 2 s to start on a
-// loaded machine.
+// worker is gone afterwards (the harness checks fds and goroutines).
 func TestRunContenders(t *testing.T) {
 	for _, name := range []string{"naive", "reuseport-m1", "tableflip", "nginx-reuseport-4to2", "zd-handoff", "zd-systemd"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel() // each in its own namespace; slow starts (-race) are the bound
 			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 				s := runSpec{Contender: name, Concurrency: 4, Rep: 1, Restarts: 2,
-					Period: 2 * time.Second, Lead: 100 * time.Millisecond, Tail: 2 * time.Second,
+					Period: 300 * time.Millisecond, Lead: 100 * time.Millisecond, Tail: 300 * time.Millisecond,
 					Window: 100 * time.Millisecond, Timeout: 2 * time.Second}
 				logs, err := os.CreateTemp(t.TempDir(), "workers")
 				if err != nil {
@@ -37,7 +35,7 @@ func TestRunContenders(t *testing.T) {
 					out, _ := os.ReadFile(logs.Name())
 					t.Fatalf("run: %s; workers said:\n%s", res.Error, out)
 				}
-				if res.Restarts != 2 || len(res.Load.Marks) != 2 {
+				if res.Restarts != 2 || len(res.Load.Marks) != 2 || len(res.RestartMS) != 2 {
 					t.Errorf("%d restarts, %d marks; want 2 and 2", res.Restarts, len(res.Load.Marks))
 				}
 				if res.Load.Requests == 0 || len(res.Load.Headers) < 2 {
@@ -64,31 +62,37 @@ func (f *fake) restart(_ context.Context, mark func(string)) error {
 	return nil
 }
 
-// Restarts that overrun their slots delay the next ones; none is done after
-// the last slot, so the tail stays steady.
-func TestScheduleOverrun(t *testing.T) {
-	s := runSpec{Contender: "fake", Restarts: 4, Period: 200 * time.Millisecond, Lead: 100 * time.Millisecond}
-	f := &fake{took: 500 * time.Millisecond}
+// Every restart is done, each followed by Period (the last by Tail), and
+// timed.
+func TestSchedule(t *testing.T) {
+	s := runSpec{Contender: "fake", Restarts: 3, Period: 100 * time.Millisecond,
+		Lead: 50 * time.Millisecond, Tail: 80 * time.Millisecond}
+	f := &fake{took: 50 * time.Millisecond}
+	var marks atomic.Int32
 	start := time.Now()
-	n, err := schedule(t.Context(), start, s, f, func(string) {})
+	took, err := schedule(t.Context(), s, f, func(string) { marks.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 2 || f.restarts.Load() != 2 {
-		t.Errorf("%d restarts (%d done); want 2: the slots end at 900 ms, the second restart at 1100 ms",
-			n, f.restarts.Load())
+	if len(took) != 3 || f.restarts.Load() != 3 || marks.Load() != 3 {
+		t.Fatalf("%d timed, %d done, %d marks; want 3", len(took), f.restarts.Load(), marks.Load())
 	}
-	if took := time.Since(start); took > 3*time.Second {
-		t.Errorf("schedule took %v", took)
+	for _, ms := range took {
+		if ms < 50 {
+			t.Errorf("a restart timed %v ms; it sleeps 50 ms", ms)
+		}
+	}
+	if d := time.Since(start); d < 480*time.Millisecond {
+		t.Errorf("schedule took %v; want at least 50 + 3*50 + 2*100 + 80 ms", d)
 	}
 }
 
 func TestScheduleCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	s := runSpec{Contender: "fake", Restarts: 3, Period: time.Hour}
-	n, err := schedule(ctx, time.Now(), s, &fake{}, func(string) {})
-	if n != 0 || !errors.Is(err, context.Canceled) {
-		t.Errorf("schedule = %d, %v; want 0, context.Canceled", n, err)
+	s := runSpec{Contender: "fake", Restarts: 3, Period: time.Hour, Lead: time.Millisecond}
+	took, err := schedule(ctx, s, &fake{}, func(string) {})
+	if len(took) != 0 || !errors.Is(err, context.Canceled) {
+		t.Errorf("schedule = %v, %v; want nothing done, context.Canceled", took, err)
 	}
 }
