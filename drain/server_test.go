@@ -293,8 +293,8 @@ func TestSecondRequestDuringDrain(t *testing.T) {
 			t.Errorf("after the second response: %d, %v; want EOF", n, err)
 		}
 		r := <-res
-		if h := r.rep.HTTP; r.err != nil || h.KeepAliveResponses != 1 || h.Completed != 1 || h.InFlightAtStart != 0 {
-			t.Errorf("report %+v, err %v; want 1 keep-alive response, 1 completed, 0 in flight", h, r.err)
+		if h := r.rep.HTTP; r.err != nil || h.KeepAliveResponses != 1 || h.Completed != 1 {
+			t.Errorf("report %+v, err %v; want 1 keep-alive response, 1 completed", h, r.err)
 		}
 		p.wait()
 	})
@@ -389,7 +389,7 @@ func TestHijackedCallback(t *testing.T) {
 func TestReadiness(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		p := newPhase(t, nil)
-		p.ds.Delay = 300 * time.Millisecond
+		p.ds.Delay = time.Second // long enough for a loaded machine to dial within it
 		if code := readiness(p.ds); code != 200 {
 			t.Fatalf("readiness %d before the drain", code)
 		}
