@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -126,8 +127,10 @@ func (g *acceptGroup) batch(n int) time.Duration {
 // benchInterleaved alternates batches of 100 connections between a plain
 // group and a steered one (each going first every other time), so that both
 // see the same machine load, and
-// reports each one's throughput, their ratio, and the program's own mean run
-// time (kernel BPF stats). b.N connections per group.
+// reports each one's throughput, their ratio (overall, and the median of the
+// per-batch ratios, which resists bursts of load from other processes), and
+// the program's own mean run time (kernel BPF stats). b.N connections per
+// group.
 func benchInterleaved(b *testing.B) {
 	plain := newAcceptGroup(b, nil)
 	steered := newAcceptGroup(b, &steer.Config{Dir: bpffs(b)})
@@ -147,16 +150,20 @@ func benchInterleaved(b *testing.B) {
 	}
 	const size = 100
 	var tp, ts time.Duration
+	var ratios []float64
 	b.ResetTimer()
 	for done, i := 0, 0; done < b.N; done, i = done+size, i+1 {
 		n := min(size, b.N-done)
+		var p, s time.Duration
 		if i%2 == 0 { // alternate which group goes first
-			tp += plain.batch(n)
-			ts += steered.batch(n)
+			p = plain.batch(n)
+			s = steered.batch(n)
 		} else {
-			ts += steered.batch(n)
-			tp += plain.batch(n)
+			s = steered.batch(n)
+			p = plain.batch(n)
 		}
+		tp, ts = tp+p, ts+s
+		ratios = append(ratios, p.Seconds()/s.Seconds())
 	}
 	b.StopTimer()
 	if plain.accepted.Load() != int64(b.N) || steered.accepted.Load() != int64(b.N) {
@@ -165,6 +172,8 @@ func benchInterleaved(b *testing.B) {
 	b.ReportMetric(float64(b.N)/tp.Seconds(), "plain-conns/s")
 	b.ReportMetric(float64(b.N)/ts.Seconds(), "steer-conns/s")
 	b.ReportMetric(tp.Seconds()/ts.Seconds(), "steer/plain")
+	slices.Sort(ratios)
+	b.ReportMetric(ratios[len(ratios)/2], "median-batch-steer/plain")
 	if after, err := prog.Stats(); err == nil && after.RunCount > before.RunCount {
 		b.ReportMetric(float64(after.Runtime-before.Runtime)/float64(after.RunCount-before.RunCount), "prog-ns/run")
 	}
