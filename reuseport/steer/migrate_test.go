@@ -2,6 +2,7 @@ package steer_test
 
 import (
 	"fmt"
+	"net"
 	"sort"
 	"testing"
 	"time"
@@ -169,4 +170,54 @@ func TestMigrateMismatch(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Handshakes that complete after their listener closed migrate too, by the
+// closed listener's class, even after its Member.Close: with TCP_DEFER_ACCEPT
+// the server keeps each connection as a request until the client's first
+// bytes, which come only after the close.
+func TestMigrateHandshakes(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		cfg := &steer.Config{Dir: bpffs(t)}
+		o := reuseport.Options{DeferAccept: 5 * time.Second}
+		ms := group(t, cfg, o, o)
+		a, b := ms[0], ms[1]
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for range 20 {
+			c, err := net.DialTimeout("tcp4", a.l.Addr().String(), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		if qa, qb := queued(t, a.l), queued(t, b.l); qa != 0 || qb != 0 {
+			t.Fatalf("queued %d, %d before any data, want 0, 0 (requests, not children)", qa, qb)
+		}
+		snap := netnstest.Snapshot(t)
+		a.l.Close()
+		if err := a.m.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range conns {
+			if _, err := fmt.Fprintf(c, "client %d\n", i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := acceptN(t, b.l, 20, 10*time.Second)
+		sort.Strings(got)
+		if fmt.Sprint(got) != fmt.Sprint(sentBy20()) {
+			t.Fatalf("target received %q, want each client's bytes", got)
+		}
+		if d := snap.Delta(t, success, failure); d[success] != 20 || d[failure] != 0 {
+			t.Fatalf("counters %v, want success +20, failure +0", d)
+		}
+		if cb := counters(t, b.m); cb.MigratedIn != 20 {
+			t.Fatalf("target counters %+v, want 20 migrated in", cb)
+		}
+	})
 }
