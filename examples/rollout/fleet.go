@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -41,7 +42,7 @@ func (f *fleet) start(n int) error {
 // spawn starts the next generation and waits for its ready line.
 func (f *fleet) spawn() (*proc, error) {
 	f.gens++
-	p, err := startProc(f.exe, append(f.env, envGen+"="+strconv.Itoa(f.gens)), f.stderr)
+	p, err := startProc(f.exe, slices.Concat(f.env, []string{envGen + "=" + strconv.Itoa(f.gens)}), f.stderr)
 	if err != nil {
 		return nil, err
 	}

@@ -153,7 +153,7 @@ func writeTable(w io.Writer, s *summary) error {
 		for _, e := range o.Errors {
 			fmt.Fprintf(w, "%s: %s\n", o.Name, e)
 		}
-		if o.Restarts < s.Settings.Restarts && len(o.Errors) == 0 {
+		if o.Restarts < s.Settings.Restarts && len(o.Errors) == 0 && o.Skipped == "" {
 			fmt.Fprintf(w, "%s: only %d of %d restarts fitted in the load's %.1fs (slowest restart took %.0f ms on this machine)\n",
 				o.Name, o.Restarts, s.Settings.Restarts, float64(s.Settings.DurationMS)/1000, slowest(o.Stops))
 		}

@@ -126,13 +126,13 @@ func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, bpf b
 			return o
 		}
 	}
-	before, _ := reuseport.ReadCounters()
+	before, berr := reuseport.ReadCounters()
 	res, reports, err := drive(ctx, cfg, f, "http://"+addr+"/", prog)
 	if err != nil {
 		o.Errors = append(o.Errors, err.Error())
 	}
 	after, err := reuseport.ReadCounters() // before the final stop: the load's window only
-	if err == nil {
+	if err == nil && berr == nil {
 		o.Kernel = after.Sub(before)
 	}
 	if err := f.stop(); err != nil {
