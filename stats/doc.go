@@ -7,7 +7,9 @@
 // drain.Listener.Report or drain.Server.Shutdown), handoffs (RecordHandoff,
 // or RecordUpgrade with what handoff.Upgrade returned, or RecordUpgrader in a
 // process that just obtained its sockets) and the serving generation
-// (SetGeneration). It keeps running totals per listener name and drain
+// (SetGeneration). DrainHook and HandoffHook feed it automatically from
+// drain.Options.OnReport, drain.Server.OnReport and handoff.Config.OnHandoff.
+// It keeps running totals per listener name and drain
 // method, per handoff outcome, and duration histograms with fixed buckets
 // (DurationBuckets).
 //

@@ -3,6 +3,7 @@ package stats
 import (
 	"context"
 	"errors"
+	"os"
 	"time"
 
 	"github.com/zerodrop/zerodrop/handoff"
@@ -38,8 +39,10 @@ type Handoff struct {
 	Reason  string        `json:"reason,omitempty"`
 }
 
-// HandoffOf turns what handoff.Upgrade returned, and how long it waited,
-// into a Handoff: success, timeout when ctx ended first, failure otherwise.
+// HandoffOf turns what handoff.Upgrade returned (or what
+// handoff.Config.OnHandoff was given), and how long it waited, into a
+// Handoff: success; timeout when a context or a deadline ended the wait;
+// failure otherwise.
 func HandoffOf(res handoff.Result, err error, took time.Duration) Handoff {
 	if err == nil {
 		return Handoff{From: res.From, To: res.To, PID: res.PID, Took: res.Took, Outcome: OutcomeSuccess}
@@ -52,7 +55,7 @@ func HandoffOf(res handoff.Result, err error, took time.Duration) Handoff {
 			ho.Reason = ue.Reason
 		}
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
 		ho.Outcome = OutcomeTimeout
 	}
 	return ho

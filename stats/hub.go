@@ -75,7 +75,8 @@ func (h *Hub) RecordHandoff(ho Handoff) {
 }
 
 // SetGeneration sets the generation this process serves (for example
-// handoff.Upgrader.Generation).
+// handoff.Upgrader.Generation). A successful handoff recorded later sets the
+// successor's: the Hub's generation is the newest known to serve.
 func (h *Hub) SetGeneration(g uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -23,7 +23,7 @@ import (
 func handoffExposition(n int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `
-# HELP zerodrop_generation Generation this process serves (1 for the first, +1 per handoff).
+# HELP zerodrop_generation Newest generation known to serve: this process, or its successor after a handoff (1 for the first, +1 per handoff).
 # TYPE zerodrop_generation gauge
 zerodrop_generation %d
 `, 1+n)

@@ -7,7 +7,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	descGeneration = desc("generation", "Generation this process serves (1 for the first, +1 per handoff).")
+	descGeneration = desc("generation", "Newest generation known to serve: this process, or its successor after a handoff (1 for the first, +1 per handoff).")
 	descDropped    = desc("events_dropped_total", "Events a slow stats subscriber lost.")
 
 	descDrains        = desc("drains_total", "Listener drains.", "listener", "method")

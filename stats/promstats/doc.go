@@ -10,7 +10,7 @@
 // seconds. Labels are few and bounded: listener (a name the program chooses,
 // such as "http"), method (drain.Method), outcome.
 //
-//	zerodrop_generation                                  gauge: the generation this process serves
+//	zerodrop_generation                                  gauge: newest generation known to serve
 //	zerodrop_drains_total{listener,method}               drains recorded
 //	zerodrop_drains_lossy_total{listener,method}         drains with a remainder or forced connections
 //	zerodrop_drain_queued_connections_total{listener,method}

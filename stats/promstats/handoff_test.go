@@ -98,7 +98,7 @@ func TestUpgradeChain(t *testing.T) {
 		}
 		defer cur.close()
 		compare(t, c, fmt.Sprintf(`
-# HELP zerodrop_generation Generation this process serves (1 for the first, +1 per handoff).
+# HELP zerodrop_generation Newest generation known to serve: this process, or its successor after a handoff (1 for the first, +1 per handoff).
 # TYPE zerodrop_generation gauge
 zerodrop_generation %d
 # HELP zerodrop_handoffs_total Handoffs by outcome.
