@@ -51,10 +51,11 @@ type Listener struct {
 	stopping atomic.Bool
 	accepted atomic.Int64 // Accepts that succeeded while stopping
 
-	once   sync.Once
-	done   chan struct{} // closed when the stop has finished
-	report *Report
-	err    error
+	once     sync.Once
+	reapOnce sync.Once
+	done     chan struct{} // closed when the stop has finished
+	report   *Report
+	err      error
 
 	mu      sync.Mutex
 	handoff []net.Conn    // accepted by the drain, waiting for Accept
@@ -223,6 +224,7 @@ func (l *Listener) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.CloseTimeout)
 	defer cancel()
 	l.stop(ctx)
+	l.reapLater()
 	return l.err
 }
 

@@ -30,13 +30,21 @@ func (l *Listener) stop(ctx context.Context) {
 		l.mu.Unlock()
 		l.signal()
 		r.log(l.opts.Logger)
-		if l.pending() > 0 {
-			time.AfterFunc(l.opts.CloseTimeout, func() {
-				if n := l.closeUntaken(); n > 0 {
-					l.opts.Logger.Warn("closed drained connections no Accept took", zap.String("addr", r.Addr), zap.Int("connections", n))
-				}
-			})
+	})
+}
+
+// reapLater closes, after CloseTimeout, the drained connections no Accept has
+// taken by then (Close cannot wait for Accept), once.
+func (l *Listener) reapLater() {
+	l.reapOnce.Do(func() {
+		if l.pending() == 0 {
+			return
 		}
+		time.AfterFunc(l.opts.CloseTimeout, func() {
+			if n := l.closeUntaken(); n > 0 {
+				l.opts.Logger.Warn("closed drained connections no Accept took", zap.String("addr", l.report.Addr), zap.Int("connections", n))
+			}
+		})
 	})
 }
 
