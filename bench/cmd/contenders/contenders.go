@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"sync"
 )
 
 // A contender is a server and its way of restarting. Its methods are called
@@ -102,13 +103,21 @@ type pool struct {
 
 func (c *pool) start(ctx context.Context, env *runEnv) error {
 	c.env = env
-	for range c.n {
-		p, err := env.startWorker(ctx, c.mode, env.nextGen(), nil)
-		if err != nil {
-			c.stop(ctx)
-			return err
-		}
-		c.workers = append(c.workers, p)
+	c.workers = make([]*proc, c.n)
+	errs := make([]error, c.n)
+	var wg sync.WaitGroup
+	for i := range c.n {
+		gen := env.nextGen()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.workers[i], errs[i] = env.startWorker(ctx, c.mode, gen, nil)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.stop(ctx)
+		return err
 	}
 	return nil
 }
@@ -127,10 +136,19 @@ func (c *pool) restart(ctx context.Context, mark func(string)) error {
 }
 
 func (c *pool) stop(ctx context.Context) error {
-	var errs []error
-	for _, p := range c.workers {
-		errs = append(errs, p.stop(ctx))
+	errs := make([]error, len(c.workers))
+	var wg sync.WaitGroup
+	for i, p := range c.workers {
+		if p == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.stop(ctx)
+		}()
 	}
+	wg.Wait()
 	c.workers = nil
 	return errors.Join(errs...)
 }
