@@ -35,6 +35,11 @@ func TestChainOfHandoffs(t *testing.T) {
 			var next *appProc
 			res, err := Upgrade(ctx, path, func() error { next = startApp(t, path, envPID+"="+pidFile); return nil })
 			if err != nil {
+				select {
+				case line := <-next.lines:
+					t.Logf("generation %d said %q", g, line)
+				case <-time.After(time.Second):
+				}
 				t.Fatalf("handoff to generation %d: %v", g, err)
 			}
 			handoffAt = append(handoffAt, time.Now())

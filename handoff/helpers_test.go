@@ -52,6 +52,7 @@ func appMain() {
 	l.Close()
 	base := fdCount()
 	if err := app(base); err != nil {
+		fmt.Fprintf(os.Stderr, "app pid %d: %v\n", os.Getpid(), err)
 		fmt.Printf("error %v\n", strings.ReplaceAll(err.Error(), "\n", " "))
 		os.Exit(1)
 	}
@@ -89,6 +90,9 @@ func app(base int) error {
 		return err
 	}
 	fmt.Printf("ready %d %d %s\n", u.Generation(), os.Getpid(), ln.Addr())
+	if os.Getenv("ZD_DEBUG") != "" {
+		fmt.Fprintf(os.Stderr, "app pid %d: generation %d ready (fallback: %v)\n", os.Getpid(), u.Generation(), u.FallbackReason())
+	}
 	<-u.Exit()
 	ln.Close()
 	for _, x := range extra {

@@ -172,6 +172,7 @@ func TestOptionMismatch(t *testing.T) {
 		}
 		t.Logf("%v", err)
 		u.Close()
+		waitFailures(t, path, 1) // until then the predecessor is busy with u
 		cfg.WarnOnMismatch = true
 		handover(t, old, cfg, func(u *Upgrader) {
 			ln, err := u.Listen(ctx, "l0", "tcp4", "127.0.0.1:0")
@@ -215,4 +216,16 @@ func TestStaleAndInsecurePath(t *testing.T) {
 		}
 		t.Logf("%v", err)
 	})
+}
+
+// waitFailures waits (bounded) until the server on path counts n failures.
+func waitFailures(t *testing.T, path string, n uint64) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if st, ok, err := Observe(context.Background(), path); err == nil && ok && st.Failures >= n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("server on %s did not count %d failures in 5 s", path, n)
 }

@@ -72,6 +72,11 @@ func (u *Upgrader) signal(pred *conn) error {
 	if err == nil {
 		err = expect(f, typeDone)
 	}
+	if err != nil && predecessorGone(err) {
+		// It read ready (it hung up only after), so it stops, or it died.
+		u.log.Warn("predecessor hung up without done; serving anyway", zap.Error(err))
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("waiting for done: %w", err)
 	}

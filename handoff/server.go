@@ -199,9 +199,13 @@ func (s *server) awaitReady(c *conn, log *zap.Logger, start time.Time) error {
 	s.over = true
 	s.mu.Unlock()
 	s.ln.Close()
+	// done goes out before Exit closes: an application that reacts to Exit
+	// with Close must not cut it off. The successor said it serves; we stop
+	// even if it cannot read done.
+	err = c.send(&frame{Type: typeDone, Generation: r.Generation}, nil)
 	s.u.exitOne.Do(func() { close(s.u.exit) })
-	log.Info("successor ready; exit signalled", zap.Uint64("successor_generation", r.Generation), zap.Duration("took", time.Since(start)))
-	return c.send(&frame{Type: typeDone, Generation: r.Generation}, nil)
+	log.Info("successor ready; exit signalled", zap.Uint64("successor_generation", r.Generation), zap.Duration("took", time.Since(start)), zap.NamedError("done", err))
+	return nil
 }
 
 // offer returns our sockets with their current address and digest (read
