@@ -9,6 +9,11 @@
 //     wrk2 and friends use, so our percentiles compare with theirs.
 //   - go.uber.org/goleak: tests prove that Run leaves no goroutine behind
 //     (already a dependency of the library's own tests).
+//   - gonum.org/v1/plot: the latency-over-time picture of every contenders
+//     run (SVG), with aligned panels and custom tickers, from a maintained
+//     plotting library rather than hand-written SVG.
+//   - github.com/cloudflare/tableflip v1.2.3: a contender, what many Go
+//     services use today for graceful upgrades.
 module github.com/zerodrop/zerodrop/bench
 
 go 1.24.0
