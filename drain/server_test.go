@@ -170,6 +170,14 @@ func newPhase(t *testing.T, extra func(p *phase, mux *http.ServeMux)) *phase {
 	}
 	p.ds = &drain.Server{HTTP: &http.Server{Handler: mux}}
 	p.wait = serve(t, func() error { return p.ds.Serve(tl) })
+	// Serve has begun once a request is answered (a Serve that starts after
+	// Shutdown returns http.ErrServerClosed, like net/http's).
+	c := dial(t, p.addr)
+	c.Write(request("/"))
+	if _, _, err := readResponse(c, 10*time.Second); err != nil {
+		t.Fatalf("server not serving: %v", err)
+	}
+	c.Close()
 	return p
 }
 
