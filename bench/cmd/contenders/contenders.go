@@ -53,7 +53,7 @@ func specs() []spec {
 	s := []spec{
 		{name: "naive", about: "stop the process (Shutdown), start a new one that listens again",
 			make: func() contender { return &naive{} }},
-		{name: "reuseport-m0", about: "4 SO_REUSEPORT workers rolled, plain Shutdown, tcp_migrate_req=0",
+		{name: "reuseport-m0", about: "4 SO_REUSEPORT workers (net.ListenConfig + Control) rolled, plain Shutdown, tcp_migrate_req=0",
 			make: func() contender { return &pool{mode: "reuseport", n: 4} }},
 		{name: "reuseport-m1", migrateReq: 1, about: "the same with tcp_migrate_req=1",
 			make: func() contender { return &pool{mode: "reuseport", n: 4} }},

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/zerodrop/zerodrop/reuseport"
+	"golang.org/x/sys/unix"
 )
 
 // The environment of a worker process: the binary re-executed with envRole set
@@ -124,13 +124,26 @@ func servePlain(ctx context.Context, w *worker) error {
 	return w.serveUntil(ctx, ln)
 }
 
-// serveReuseport joins a SO_REUSEPORT group with package reuseport, and shuts
-// down like any Go server: http.Server.Shutdown.
+// serveReuseport listens the way most Go code bases do with SO_REUSEPORT: a
+// net.ListenConfig whose Control sets the option (Go's defaults otherwise,
+// so MPTCP since Go 1.24), and shuts down like any Go server:
+// http.Server.Shutdown.
 func serveReuseport(ctx context.Context, w *worker) error {
-	cfg := reuseport.Config{Migration: reuseport.MigrationIgnore, SkipUIDCheck: true}
-	ln, err := cfg.Listen(ctx, "tcp", w.addr)
+	lc := net.ListenConfig{Control: setReusePort}
+	ln, err := lc.Listen(ctx, "tcp", w.addr)
 	if err != nil {
 		return err
 	}
 	return w.serveUntil(ctx, ln)
+}
+
+// setReusePort is the Control function found in most code bases.
+func setReusePort(_, _ string, rc syscall.RawConn) error {
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+	}); err != nil {
+		return err
+	}
+	return os.NewSyscallError("setsockopt SO_REUSEPORT", serr)
 }
