@@ -125,3 +125,28 @@ func TestNginxConf(t *testing.T) {
 		}
 	}
 }
+
+// Without nginx on PATH, the nginx contenders are skipped with the reason,
+// before anything is set up.
+func TestNginxMissing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	res := runOne(t.Context(), runSpec{Contender: "nginx-reuseport", Concurrency: 1}, os.Stderr)
+	if res.Skipped != "nginx is not installed (apt-get install nginx-light)" || res.Error != "" || res.Load != nil {
+		t.Errorf("runOne = %+v; want skipped", res)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	o, err := parseFlags([]string{"-c", "8, 16", "-only", "naive,zd-drain", "-restarts", "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.concurrency) != 2 || o.concurrency[1] != 16 || len(o.contenders) != 2 || o.base.Restarts != 3 {
+		t.Errorf("options %+v", o)
+	}
+	for _, bad := range [][]string{{"-c", "0"}, {"-only", "nope"}, {"-reps", "0"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("parseFlags(%q): no error", bad)
+		}
+	}
+}
