@@ -16,7 +16,10 @@
 // generation and pid in X-Generation and X-Pid), sends load from clients that
 // open a new connection per request (package internal/load; every failure is
 // counted, nothing is retried), restarts the servers --restarts times, evenly
-// spread over --duration, and stops everything. Nothing outside the
+// spread over --duration, and stops everything. On a loaded machine,
+// restarts may fall behind their schedule: the load then runs longer, so
+// that every restart happens with steady load around it, and the table says
+// so. Nothing outside the
 // namespace is touched, and every process it starts dies with it (SIGTERM,
 // then SIGKILL; Pdeathsig if the runner dies).
 //

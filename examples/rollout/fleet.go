@@ -115,7 +115,10 @@ func (f *fleet) stop() error {
 		stopping = append(stopping, f.next)
 	}
 	for _, p := range stopping {
-		if _, err := p.stop(true); err != nil && first == nil {
+		p.signal() // all at once: the load is over
+	}
+	for _, p := range stopping {
+		if _, err := p.stop(false); err != nil && first == nil {
 			first = fmt.Errorf("final stop: %w", err)
 		}
 	}

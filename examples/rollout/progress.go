@@ -54,7 +54,7 @@ func (p *progress) follow(name string, cfg config, g *load.Generator) (stop func
 		defer t.Stop()
 		for {
 			req, failed := g.Count()
-			el := min(time.Since(start), cfg.Duration)
+			el := time.Since(start)
 			fmt.Fprintf(p.w, "\r%-8s %5.1fs/%.0fs  restarts %d/%d  requests %d  failed %d\x1b[K",
 				name, el.Seconds(), cfg.Duration.Seconds(), p.restarts.Load(), cfg.Restarts, req, failed)
 			select {

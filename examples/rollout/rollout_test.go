@@ -40,7 +40,9 @@ func TestMain(m *testing.M) {
 // process behind.
 func TestRollout(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
-		out := runCommand(t, nil, "--json", "--duration", "5s", "--concurrency", "128", "--workers", "2", "--restarts", "5")
+		// Requests time out after 10 s: on a loaded 2-core machine a request can
+		// wait seconds for a CPU, which says nothing about restarts.
+		out := runCommand(t, nil, "--json", "--duration", "4s", "--concurrency", "64", "--workers", "2", "--restarts", "4", "--timeout", "10s")
 		byName := decodeStrategies(t, out)
 		if got := slices.Sorted(maps.Keys(byName)); !slices.Equal(got, []string{"close", "ebpf", "handoff", "migrate"}) {
 			t.Fatalf("strategies %v in the JSON:\n%s", got, out)
@@ -53,7 +55,7 @@ func TestRollout(t *testing.T) {
 			for _, s := range o.Stops {
 				t.Logf("  stop of %d: %s, took %.0f ms, restart took %.0f ms", s.PID, s.Method, s.TookMS, s.RollMS)
 			}
-			checkOutcome(t, o)
+			checkOutcome(t, o, 4)
 		}
 		if c := byName["close"]; c.Failed == 0 {
 			t.Errorf("close: 0 failed requests in %d restarts: the harness cannot see a loss", c.Restarts)
@@ -63,16 +65,14 @@ func TestRollout(t *testing.T) {
 
 // checkOutcome checks what every strategy must show, and the zero loss of
 // the lossless ones.
-func checkOutcome(t *testing.T, o outcome) {
+func checkOutcome(t *testing.T, o outcome, restarts int) {
 	t.Helper()
 	if len(o.Errors) > 0 {
 		t.Errorf("%s: errors %v", o.Name, o.Errors)
 	}
-	// Rolls are spaced by Duration/(Restarts+1); a loaded machine may fit
-	// fewer, never none.
-	if o.Restarts < 2 || o.Requests == 0 || o.Generations < 2 {
-		t.Errorf("%s: %d restarts, %d requests, %d generations answered; want >= 2, > 0, >= 2",
-			o.Name, o.Restarts, o.Requests, o.Generations)
+	if o.Restarts != restarts || o.Requests == 0 || o.Generations < 2 {
+		t.Errorf("%s: %d restarts, %d requests, %d generations answered; want %d, > 0, >= 2",
+			o.Name, o.Restarts, o.Requests, o.Generations, restarts)
 	}
 	var sum int64
 	for _, n := range o.FailedByClass {
@@ -140,12 +140,10 @@ func TestCommandUnprivileged(t *testing.T) {
 		}
 		exe := netnstest.ExecutableCopy(t)
 		nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
-		out := runCommand(t, &runOpts{path: exe, cred: nobody}, "--json", "--duration", "2s", "--restarts", "1", "--strategies", "migrate,handoff")
+		out := runCommand(t, &runOpts{path: exe, cred: nobody}, "--json", "--duration", "2s", "--restarts", "1", "--timeout", "10s", "--strategies", "migrate,handoff")
 		byName := decodeStrategies(t, out)
 		for _, n := range []string{"migrate", "handoff"} {
-			if o, ok := byName[n]; !ok || o.Restarts != 1 || len(o.Errors) > 0 || o.Failed != 0 {
-				t.Errorf("%s: %+v; want 1 restart, no error, 0 failed", n, o)
-			}
+			checkOutcome(t, byName[n], 1)
 		}
 	})
 }
@@ -156,14 +154,14 @@ type runOpts struct {
 }
 
 // runCommand runs the test binary as the command and returns its stdout; it
-// fails the test unless it exits 0 within 40 s. Afterwards no process of
-// the run may be left.
+// fails the test unless it exits 0 within 90 s (about 40 s on a loaded
+// 2-core machine). Afterwards no process of the run may be left.
 func runCommand(t *testing.T, o *runOpts, args ...string) []byte {
 	t.Helper()
 	if o == nil {
 		o = &runOpts{path: os.Args[0]}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, o.path, args...)
 	cmd.Env = append(os.Environ(), envRole+"="+roleMain)

@@ -146,7 +146,10 @@ func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, bpf b
 // drive runs the load and rolls the servers while it runs. It returns the
 // load's result and the reports of the servers it stopped.
 func drive(ctx context.Context, cfg config, f *fleet, url string, prog *progress) (*load.Result, []workerReport, error) {
-	g, err := load.New(load.Config{URL: url, Concurrency: cfg.Concurrency, Duration: cfg.Duration,
+	// The load lasts until the restarts are done and a steady tail has
+	// passed (Duration, unless restarts fall behind on a loaded machine),
+	// bounded by maxLoad.
+	g, err := load.New(load.Config{URL: url, Concurrency: cfg.Concurrency, Duration: maxLoad(cfg),
 		Timeout: cfg.Timeout, Header: "X-Generation"})
 	if err != nil {
 		return nil, nil, err
@@ -167,37 +170,45 @@ func drive(ctx context.Context, cfg config, f *fleet, url string, prog *progress
 	}()
 	stopProg := prog.follow(f.s.name, cfg, g)
 	reports, rerr := rollAll(ctx, cfg, f, g, loadDone, prog)
-	if rerr != nil {
-		cancel() // the fleet is in an unknown state: what follows means nothing
-	}
+	// The requests in flight now are not counted; none is near a restart.
+	cancel()
 	wg.Wait()
 	stopProg()
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		return res, reports, errors.New("interrupted")
-	}
-	if rerr != nil {
+	case rerr != nil:
 		return res, reports, rerr
+	case errors.Is(lerr, context.Canceled):
+		return res, reports, nil
 	}
 	return res, reports, lerr
 }
 
-// rollAll makes cfg.Restarts restarts, evenly spaced over the load's
-// duration, while the load runs.
+// maxLoad bounds the load of one strategy, however far restarts fall behind.
+func maxLoad(cfg config) time.Duration { return 3*cfg.Duration + 30*time.Second }
+
+// rollAll makes cfg.Restarts restarts while the load runs, at multiples of
+// Duration/(Restarts+1) from the start, each no sooner than that after the
+// previous one ended, then lets the load run a steady tail of the same
+// length, or until Duration, whichever is later.
 func rollAll(ctx context.Context, cfg config, f *fleet, g *load.Generator, loadDone <-chan struct{}, prog *progress) ([]workerReport, error) {
 	interval := cfg.Duration / time.Duration(cfg.Restarts+1)
 	start := time.Now()
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	var reports []workerReport
-	for i := 1; i <= cfg.Restarts; i++ {
+	for i := 1; i <= cfg.Restarts+1; i++ {
 		select {
 		case <-ctx.Done():
 			return reports, ctx.Err()
 		case <-loadDone:
-			// The rolls took longer than planned (a loaded machine): the
-			// outcome says how many were done.
+			// maxLoad has passed: the outcome says how many were done.
 			return reports, nil
 		case <-t.C:
+		}
+		if i > cfg.Restarts {
+			return reports, nil // the tail is over
 		}
 		rep, err := f.roll(i, func() { g.Mark("restart") }, i < cfg.Restarts)
 		if rep != nil {
@@ -207,7 +218,7 @@ func rollAll(ctx context.Context, cfg config, f *fleet, g *load.Generator, loadD
 			return reports, fmt.Errorf("restart %d: %w", i, err)
 		}
 		prog.restarted(i)
-		t.Reset(max(0, time.Until(start.Add(time.Duration(i+1)*interval))))
+		t.Reset(max(interval, time.Until(start.Add(time.Duration(i+1)*interval))))
 	}
 	return reports, nil
 }
