@@ -30,6 +30,9 @@ const (
 	envMode = "ZD_MODE"         // "serve" (default), "hold", "pause"
 	envN    = "ZD_LISTENERS"    // extra listeners "x0".."xN-1" (default 0)
 	envPID  = "ZD_PIDFILE"
+	envAddr = "ZD_ADDR" // address of "http" (default 127.0.0.1:0)
+	// ZD_SYSTEMD=1: act as if socket-activated with fd 3 named "http"
+	envSystemd = "ZD_SYSTEMD"
 )
 
 func fdCount() int {
@@ -64,11 +67,20 @@ func app(base int) error {
 	if mode == "pause" {
 		testHookBatchSent = func(int) { fmt.Println("paused"); time.Sleep(time.Hour) }
 	}
+	if os.Getenv(envSystemd) != "" { // what systemd sets after fork: fd 3 is "http"
+		os.Setenv("LISTEN_PID", strconv.Itoa(os.Getpid()))
+		os.Setenv("LISTEN_FDS", "1")
+		os.Setenv("LISTEN_FDNAMES", "http")
+	}
 	u, err := New(ctx, Config{Path: os.Getenv(envPath), PIDFile: os.Getenv(envPID), Listen: reuseport.Config{Migration: reuseport.MigrationIgnore}})
 	if err != nil {
 		return err
 	}
-	ln, err := u.Listen(ctx, "http", "tcp4", "127.0.0.1:0")
+	addr := os.Getenv(envAddr)
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := u.Listen(ctx, "http", "tcp4", addr)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -205,3 +206,45 @@ func mustReady(t *testing.T, cfg Config, n int) *Upgrader {
 	}
 	return u
 }
+
+// Sources in order: systemd socket activation when there is no predecessor,
+// then the predecessor even when the successor could use systemd's.
+func TestSystemdThenPredecessor(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		ctx := context.Background()
+		l, err := reuseport.Listen(ctx, "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		f, err := l.File()
+		l.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := handoffPath(t)
+		p := netnstest.StartHelper(t, "app", netnstest.HelperOptions{ExtraFiles: []*os.File{f},
+			Env: []string{envPath + "=" + path, envSystemd + "=1", envAddr + "=" + addr}})
+		f.Close()
+		first := &appProc{Proc: p, lines: lines(p.Stdout)}
+		if r := first.expect(t, "ready"); r[1] != "1" || r[3] != addr {
+			t.Fatalf("activated process reports %v", r)
+		}
+		if g, err := request(addr); err != nil || g != 1 {
+			t.Fatalf("request to the activated socket: generation %d, %v", g, err)
+		}
+		next := startApp(t, path, envAddr+"="+addr)
+		if r := next.expect(t, "ready"); r[1] != "2" || r[3] != addr {
+			t.Fatalf("successor reports %v", r)
+		}
+		// It started with systemd's fd 3 too, and closed it with its listener.
+		if r := first.expect(t, "exit"); r[1] != strconv.Itoa(atoi(r[2])-1) {
+			t.Fatalf("activated process exits with %s fds, started with %s (fd 3 included)", r[1], r[2])
+		}
+		if g, err := request(addr); err != nil || g != 2 {
+			t.Fatalf("request after the handoff: generation %d, %v", g, err)
+		}
+	})
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }

@@ -120,6 +120,9 @@ func Upgrade(ctx context.Context, path string, start func() error) (Result, erro
 			return Result{From: before.Generation, To: st.Generation, PID: st.PID, Took: time.Since(t0)}, nil
 		case ok && err == nil && st.PID == before.PID && st.Failures > before.Failures:
 			return Result{}, &UpgradeError{Generation: st.Generation, Reason: st.LastError}
+		case ok && err == nil && st.PID != before.PID:
+			return Result{}, &UpgradeError{Generation: before.Generation,
+				Reason: fmt.Sprintf("pid %d of generation %d now serves the handoff socket without having inherited from pid %d", st.PID, st.Generation, before.PID)}
 		case err != nil && !errors.Is(err, context.DeadlineExceeded):
 			// the old process may be exiting; look again
 		}
