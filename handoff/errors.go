@@ -39,6 +39,7 @@ type FrameError struct {
 	Detail string
 }
 
+// Error describes the failure.
 func (e *FrameError) Error() string {
 	s := e.Err.Error()
 	if e.Type != "" {
@@ -59,6 +60,7 @@ type RemoteError struct {
 	Message string
 }
 
+// Error describes the failure.
 func (e *RemoteError) Error() string {
 	return fmt.Sprintf("peer refused (%s): %s", e.Code, e.Message)
 }
@@ -81,6 +83,7 @@ type PeerError struct {
 	Allowed  []uint32 // the UIDs accepted
 }
 
+// Error describes the failure.
 func (e *PeerError) Error() string {
 	return fmt.Sprintf("%v: pid %d uid %d is not among the allowed uids %v (same euid by default; see Config.AllowUIDs)", ErrPeerRefused, e.PID, e.UID, e.Allowed)
 }
@@ -97,6 +100,7 @@ type InsecurePathError struct {
 	Why  string
 }
 
+// Error describes the failure.
 func (e *InsecurePathError) Error() string {
 	return fmt.Sprintf("%v %s: directory %s (mode %v, owner uid %d) %s", ErrInsecurePath, e.Path, e.Dir, e.Mode, e.UID, e.Why)
 }
@@ -113,6 +117,7 @@ type ValidationError struct {
 	Err   error // underlying syscall error, if any
 }
 
+// Error describes the failure.
 func (e *ValidationError) Error() string {
 	s := fmt.Sprintf("%v: socket %q: %s want %s got %s", ErrValidation, e.Name, e.Check, e.Want, e.Got)
 	if e.Err != nil {

@@ -77,6 +77,7 @@ type UpgradeError struct {
 	Err        error // ctx.Err() when the wait ended, or the start error
 }
 
+// Error describes the failure.
 func (e *UpgradeError) Error() string {
 	s := fmt.Sprintf("upgrade: generation %d still serves", e.Generation)
 	if e.Reason != "" {
