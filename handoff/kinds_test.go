@@ -229,3 +229,29 @@ func waitFailures(t *testing.T, path string, n uint64) {
 	}
 	t.Fatalf("server on %s did not count %d failures in 5 s", path, n)
 }
+
+// An abstract handoff name: the successor binds it once the predecessor let
+// go, and serves it for the next one.
+func TestAbstractName(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		cfg := Config{Path: "@zerodrop-test-abstract-" + strconv.Itoa(os.Getpid())}
+		g1 := mustReady(t, cfg, 1)
+		defer g1.Close()
+		listenL0 := func(u *Upgrader) {
+			ln, err := u.Listen(context.Background(), "l0", "tcp4", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+		}
+		g2 := handover(t, g1, cfg, listenL0)
+		g1.Close()
+		g3 := handover(t, g2, cfg, listenL0)
+		if g3.Generation() != 3 {
+			t.Fatalf("generation %d, want 3", g3.Generation())
+		}
+		if err := g3.Ready(); err == nil {
+			t.Fatal("second Ready succeeded")
+		}
+	})
+}

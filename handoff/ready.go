@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -19,6 +20,9 @@ func (u *Upgrader) Ready() error {
 	u.mu.Lock()
 	if u.closed || u.ready {
 		u.mu.Unlock()
+		if u.ready {
+			return u.opError(errors.New("ready: called twice"))
+		}
 		return u.opError(fmt.Errorf("ready: %w", ErrClosed))
 	}
 	u.ready = true
@@ -49,7 +53,7 @@ func (u *Upgrader) Ready() error {
 			cancel()
 		}
 	}
-	if err == nil && tmp != u.cfg.Path {
+	if err == nil && !abstract(u.cfg.Path) {
 		s.ino, err = publish(tmp, u.cfg.Path)
 	}
 	if err != nil {
