@@ -126,15 +126,11 @@ func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, bpf b
 			return o
 		}
 	}
-	before, berr := reuseport.ReadCounters()
-	res, reports, err := drive(ctx, cfg, f, "http://"+addr+"/", prog)
+	res, reports, kernel, err := drive(ctx, cfg, f, "http://"+addr+"/", prog)
 	if err != nil {
 		o.Errors = append(o.Errors, err.Error())
 	}
-	after, err := reuseport.ReadCounters() // before the final stop: the load's window only
-	if err == nil && berr == nil {
-		o.Kernel = after.Sub(before)
-	}
+	o.Kernel = kernel
 	if err := f.stop(); err != nil {
 		o.Errors = append(o.Errors, err.Error())
 	}
@@ -144,15 +140,19 @@ func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, bpf b
 }
 
 // drive runs the load and rolls the servers while it runs. It returns the
-// load's result and the reports of the servers it stopped.
-func drive(ctx context.Context, cfg config, f *fleet, url string, prog *progress) (*load.Result, []workerReport, error) {
+// load's result, the reports of the servers it stopped, and the kernel
+// counters' deltas while the load ran (read before it is stopped: clients
+// abandoned then send resets that mean nothing).
+func drive(ctx context.Context, cfg config, f *fleet, url string, prog *progress) (*load.Result, []workerReport, reuseport.Counters, error) {
+	var delta reuseport.Counters
+	before, berr := reuseport.ReadCounters()
 	// The load lasts until the restarts are done and a steady tail has
 	// passed (Duration, unless restarts fall behind on a loaded machine),
 	// bounded by maxLoad.
 	g, err := load.New(load.Config{URL: url, Concurrency: cfg.Concurrency, Duration: maxLoad(cfg),
 		Timeout: cfg.Timeout, Header: "X-Generation"})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, delta, err
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -170,28 +170,32 @@ func drive(ctx context.Context, cfg config, f *fleet, url string, prog *progress
 	}()
 	stopProg := prog.follow(f.s.name, cfg, g)
 	reports, rerr := rollAll(ctx, cfg, f, g, loadDone, prog)
+	after, aerr := reuseport.ReadCounters()
+	if aerr == nil && berr == nil {
+		delta = after.Sub(before)
+	}
 	// The requests in flight now are not counted; none is near a restart.
 	cancel()
 	wg.Wait()
 	stopProg()
 	switch {
 	case ctx.Err() != nil:
-		return res, reports, errors.New("interrupted")
+		return res, reports, delta, errors.New("interrupted")
 	case rerr != nil:
-		return res, reports, rerr
+		return res, reports, delta, rerr
 	case errors.Is(lerr, context.Canceled):
-		return res, reports, nil
+		return res, reports, delta, nil
 	}
-	return res, reports, lerr
+	return res, reports, delta, lerr
 }
 
 // maxLoad bounds the load of one strategy, however far restarts fall behind.
 func maxLoad(cfg config) time.Duration { return 3*cfg.Duration + 30*time.Second }
 
 // rollAll makes cfg.Restarts restarts while the load runs, at multiples of
-// Duration/(Restarts+1) from the start, each no sooner than that after the
-// previous one ended, then lets the load run a steady tail of the same
-// length, or until Duration, whichever is later.
+// Duration/(Restarts+1) from the start, each at least half that after the
+// previous one ended, then lets the load run until Duration, or for a steady
+// tail of the same half interval, whichever is later.
 func rollAll(ctx context.Context, cfg config, f *fleet, g *load.Generator, loadDone <-chan struct{}, prog *progress) ([]workerReport, error) {
 	interval := cfg.Duration / time.Duration(cfg.Restarts+1)
 	start := time.Now()
@@ -218,7 +222,8 @@ func rollAll(ctx context.Context, cfg config, f *fleet, g *load.Generator, loadD
 			return reports, fmt.Errorf("restart %d: %w", i, err)
 		}
 		prog.restarted(i)
-		t.Reset(max(interval, time.Until(start.Add(time.Duration(i+1)*interval))))
+		// The next slot, but at least half an interval of steady load.
+		t.Reset(max(interval/2, time.Until(start.Add(time.Duration(i+1)*interval))))
 	}
 	return reports, nil
 }
