@@ -128,12 +128,13 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	defer stopLoad()
 	go func() { r, err := g.Run(lctx); done <- ran{r, err} }()
 	took, rerr := schedule(ctx, s, c, g.Mark)
+	// Counters before the load stops: abandoned clients' connections reset.
+	after, cerr := reuseport.ReadCounters()
 	stopLoad() // the requests in flight now are not counted: none is near a restart
 	out := <-done
 	if errors.Is(out.err, context.Canceled) && ctx.Err() == nil {
 		out.err = nil
 	}
-	after, cerr := reuseport.ReadCounters()
 	serr := c.stop(ctx)
 	res.Restarts, res.RestartMS, res.Load, res.Counters = len(took), took, out.r, after.Sub(before)
 	for _, err := range []error{rerr, out.err, cerr, serr} {
