@@ -347,3 +347,38 @@ func TestDrainedNotTaken(t *testing.T) {
 		}
 	})
 }
+
+// steerer records MarkDraining calls and fails if told to.
+type steerer struct {
+	calls int
+	fail  error
+}
+
+func (s *steerer) MarkDraining(c syscall.Conn) error {
+	if _, err := c.SyscallConn(); err != nil {
+		return err
+	}
+	s.calls++
+	return s.fail
+}
+
+// TestSteererHook: the Steerer is told before the stop; its failure is
+// recorded and the drain goes on.
+func TestSteererHook(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		for _, fail := range []error{nil, errors.New("no program")} {
+			s := &steerer{fail: fail}
+			dl, err := drain.Wrap(listenTCP(t, "127.0.0.1:0"), drain.Options{Steerer: s})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := dl.Close(); err != nil {
+				t.Fatal(err)
+			}
+			rep := dl.Report()
+			if s.calls != 1 || rep.Steered != (fail == nil) || (fail != nil && !strings.Contains(strings.Join(rep.Errors, ";"), "no program")) {
+				t.Errorf("fail=%v: %d calls, report steered=%v errors=%v", fail, s.calls, rep.Steered, rep.Errors)
+			}
+		}
+	})
+}
