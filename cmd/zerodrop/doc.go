@@ -3,7 +3,7 @@
 //
 // # zerodrop doctor
 //
-//	zerodrop doctor [--port N] [--json] [--watch]
+//	zerodrop doctor [--port N] [--json] [--watch] [--bpffs DIR]
 //
 // doctor lists every TCP listener, grouped by address:port (a group with more
 // than one listener is a SO_REUSEPORT group), with each member's socket inode,
@@ -15,15 +15,29 @@
 //
 //   - migration-disabled: a reuseport group exists and tcp_migrate_req is 0, so
 //     closing a member resets its accept queue and no TcpExt counter shows it.
+//     A group whose steering program has a live slot is exempt: the program
+//     migrates whatever the sysctl says.
 //   - queue-over-backlog: a queue holds more than backlog+1 connections, the
 //     most the kernel admits by itself: connections migrated from a closed
 //     sibling overflowed it (migration ignores the target's backlog).
 //   - listen-overflows: with --watch, TcpExt.ListenOverflows rose between two
 //     reads one second apart: a full queue dropped SYNs.
 //
+// # Steering
+//
+// For each group that package reuseport/steer has pinned a program for
+// (under --bpffs, default /sys/fs/bpf/zerodrop, then <netns inode>/<ip>-<port>),
+// doctor opens the pins without joining and shows every taken slot: its
+// index, state (live or draining), the listener holding it (inode, found by
+// socket cookie; none once the listener is closed), option class, weight,
+// reported load, and the program's counters: connections steered to it,
+// migrated in and out, and migrating connections dropped. A missing bpf
+// filesystem or missing permission is a note, never a failure.
+//
 // --port N shows only the listeners on port N (the counters are always
 // namespace-wide). --json prints one JSON object with migrate_req, groups
-// (address, port, members with inode, uid, pids, commands, queue, backlog),
+// (address, port, members with inode, uid, pids, commands, queue, backlog,
+// cookie, and a steer object with dir and slots when a program is pinned),
 // counters, counters_delta (with --watch), notes and problems (code, message,
 // fix).
 //
@@ -37,5 +51,6 @@
 // Listing listeners and counters needs no privilege. Finding the PIDs of
 // another user's sockets reads their /proc/PID/fd, which needs root (or
 // CAP_SYS_PTRACE); without it doctor says how many processes it could not
-// read. Linux 3.3+; tcp_migrate_req exists from Linux 5.14.
+// read. Reading steering pins needs CAP_BPF (or root). Linux 3.3+;
+// tcp_migrate_req and steering exist from Linux 5.14.
 package main

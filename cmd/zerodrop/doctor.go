@@ -13,6 +13,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/reuseport/steer"
 )
 
 // Exit statuses.
@@ -33,6 +34,9 @@ type kernel struct {
 	owners     func(inodes []uint64) (map[uint64][]sockdiag.Process, []int, error)
 	migrateReq func() (bool, error)
 	counters   func() (reuseport.Counters, error)
+	// steer reads the slot table of the steering group pinned under dir
+	// for addr, and the group's pin directory.
+	steer func(ctx context.Context, dir string, addr netip.AddrPort) ([]steer.Slot, string, error)
 	// pause runs between the two counter reads of --watch.
 	pause func(ctx context.Context) error
 }
@@ -45,6 +49,7 @@ func linuxKernel() kernel {
 		owners:     sockdiag.Owners,
 		migrateReq: reuseport.MigrationEnabled,
 		counters:   reuseport.ReadCounters,
+		steer:      readSteerSlots,
 		pause:      sleep(watchInterval),
 	}
 }
@@ -67,6 +72,7 @@ type options struct {
 	port  uint16 // 0: every port
 	json  bool
 	watch bool
+	bpffs string // directory of the steering pins
 }
 
 // doctorMain parses the flags, reads the kernel, prints the report and
@@ -106,6 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs.BoolVar(&o.json, "json", false, "print one JSON object instead of the table")
 	fs.BoolVar(&o.watch, "watch", false, "read the counters twice, "+watchInterval.String()+" apart, and report ListenOverflows rising")
+	fs.StringVar(&o.bpffs, "bpffs", steer.DefaultDir, "directory on a bpf filesystem where reuseport/steer pins its groups")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -142,6 +149,8 @@ type group struct {
 	Address string   `json:"address"`
 	Port    uint16   `json:"port"`
 	Members []member `json:"members"`
+	// Steer is the steering group pinned for the address, if any.
+	Steer *steerInfo `json:"steer,omitempty"`
 }
 
 // member is one listening socket.
@@ -152,6 +161,7 @@ type member struct {
 	Commands []string `json:"commands"` // their /proc/PID/comm, in PIDs order
 	Queue    uint32   `json:"queue"`    // accept-queue length
 	Backlog  uint32   `json:"backlog"`  // listen backlog; the queue holds backlog+1
+	Cookie   uint64   `json:"cookie"`   // SO_COOKIE
 }
 
 // problem is one thing wrong, with a stable code.
@@ -191,6 +201,7 @@ func examine(ctx context.Context, k kernel, o options) (*report, error) {
 	if r.Groups, r.Notes, err = readGroups(k, o.port); err != nil {
 		return nil, err
 	}
+	r.Notes = append(r.Notes, readSteer(ctx, k, o.bpffs, r.Groups)...)
 	r.Problems = diagnose(r)
 	return r, nil
 }
@@ -238,7 +249,7 @@ func readGroups(k kernel, port uint16) ([]group, []string, error) {
 			byAddr[l.Addr] = g
 			out = append(out, g)
 		}
-		m := member{Inode: l.Inode, UID: l.UID, Queue: l.Queue, Backlog: l.Backlog, PIDs: []int{}, Commands: []string{}}
+		m := member{Inode: l.Inode, UID: l.UID, Queue: l.Queue, Backlog: l.Backlog, Cookie: l.Cookie, PIDs: []int{}, Commands: []string{}}
 		for _, p := range owners[l.Inode] {
 			m.PIDs = append(m.PIDs, p.PID)
 			m.Commands = append(m.Commands, p.Comm)

@@ -13,14 +13,16 @@ import (
 
 	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/reuseport/steer"
 )
 
 // fakeKernel serves a fixed namespace: a group of two on 127.0.0.1:8080
-// (one member over its backlog) and a lone listener on [::]:9090.
+// (one member over its backlog) and a lone listener on [::]:9090 with a
+// steering group (its slot, and the draining slot of a closed listener).
 func fakeKernel(migrate bool) kernel {
 	ls := []sockdiag.Listener{
 		{Addr: netip.MustParseAddrPort("127.0.0.1:8080"), Inode: 11, UID: 1000, Queue: 3, Backlog: 4096},
-		{Addr: netip.MustParseAddrPort("[::]:9090"), Inode: 30, UID: 0, Queue: 0, Backlog: 511},
+		{Addr: netip.MustParseAddrPort("[::]:9090"), Inode: 30, UID: 0, Queue: 0, Backlog: 511, Cookie: 300},
 		{Addr: netip.MustParseAddrPort("127.0.0.1:8080"), Inode: 10, UID: 1000, Queue: 20, Backlog: 1},
 	}
 	return kernel{
@@ -38,8 +40,23 @@ func fakeKernel(migrate bool) kernel {
 		counters: func() (reuseport.Counters, error) {
 			return reuseport.Counters{MigrateReqSuccess: 20, ListenOverflows: 7, ListenDrops: 7, OutRsts: 5}, nil
 		},
+		steer: fakeSteer,
 		pause: func(context.Context) error { return nil },
 	}
+}
+
+// fakeSteer has a steering group for [::]:9090 only.
+func fakeSteer(_ context.Context, dir string, addr netip.AddrPort) ([]steer.Slot, string, error) {
+	if addr != netip.MustParseAddrPort("[::]:9090") {
+		return nil, "", fmt.Errorf("steer open %s: %w", addr, steer.ErrNoGroup)
+	}
+	return []steer.Slot{
+		{Index: 0, State: steer.Live, Class: 7, Weight: 100, Load: 3, Cookie: 300,
+			Counters: steer.Counters{Steered: 41, MigratedIn: 5}},
+		{Index: 1, State: steer.Draining, Class: 7, Weight: 100, Cookie: 301,
+			Counters: steer.Counters{Steered: 12, MigratedOut: 5, Dropped: 1}},
+		{Index: 2, State: steer.Free},
+	}, dir + "/4026531840/::-9090", nil
 }
 
 // Example shows the table doctor prints (here for a made-up namespace; run
@@ -53,6 +70,11 @@ func Example() {
 	// 127.0.0.1:8080  2          10     1000  20     1        100(server)
 	//                            11     1000  3      4096     101(server) 102(server)
 	// [::]:9090       1          30     0     0      511      -
+	//
+	// steering [::]:9090 (pins /sys/fs/bpf/zerodrop/4026531840/::-9090): 2 slot(s) taken
+	//   SLOT  STATE     INODE  CLASS  WEIGHT  LOAD  STEERED  MIGRATED-IN  MIGRATED-OUT  DROPPED
+	//   0     live      30     7      100     3     41       5            0             0
+	//   1     draining  -      7      100     0     12       0            5             1
 	// note: could not read the fds of 1 process(es) [1] (another user's, without root?): PIDs may be missing
 	//
 	// counters: TCPMigrateReqSuccess 20  TCPMigrateReqFailure 0  ListenOverflows 7  ListenDrops 7  OutRsts 5  EstabResets 0
@@ -159,6 +181,72 @@ func TestRunUsage(t *testing.T) {
 		var out, errOut bytes.Buffer
 		if got := run(context.Background(), tc.args, &out, &errOut); got != tc.want {
 			t.Errorf("run %q = %d, want %d (stderr %q)", tc.args, got, tc.want, errOut.String())
+		}
+	}
+}
+
+// The steer object: on the steered group only, free slots left out, the slot
+// holder found by cookie.
+func TestDoctorFakeSteer(t *testing.T) {
+	r, _ := doctorJSON(t, fakeKernel(false), "--bpffs", "/x")
+	if r.Groups[0].Steer != nil {
+		t.Errorf("127.0.0.1:8080: steer %+v, want none", r.Groups[0].Steer)
+	}
+	want := &steerInfo{Dir: "/x/4026531840/::-9090", Slots: []steerSlot{
+		{Index: 0, State: "live", Inode: 30, Cookie: 300, Class: 7, Weight: 100, Load: 3, Steered: 41, MigratedIn: 5},
+		{Index: 1, State: "draining", Cookie: 301, Class: 7, Weight: 100, Steered: 12, MigratedOut: 5, Dropped: 1},
+	}}
+	if got := r.Groups[1].Steer; got == nil || got.Dir != want.Dir || !slices.Equal(got.Slots, want.Slots) {
+		t.Errorf("[::]:9090: steer %+v, want %+v", got, want)
+	}
+}
+
+// Steering errors never fail doctor: no bpffs or no permission is one note
+// for all groups, any other error one note per group.
+func TestDoctorSteerErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		err   error
+		notes int
+	}{
+		{"no bpffs", fmt.Errorf("steer open: %w: /sys/fs/bpf is sysfs", steer.ErrNoBPFFS), 1},
+		{"permission", fmt.Errorf("steer open: %w: %w", steer.ErrPermission, os.ErrPermission), 1},
+		{"other", fmt.Errorf("steer open: %w", steer.ErrIncompatible), 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := fakeKernel(true)
+			k.steer = func(context.Context, string, netip.AddrPort) ([]steer.Slot, string, error) { return nil, "", tc.err }
+			r, code := doctorJSON(t, k)
+			if code != exitProblems || !slices.Equal(codes(r), []string{codeQueueOverBacklog}) {
+				t.Errorf("exit %d, problems %v; want 1, [%s] as without steering", code, codes(r), codeQueueOverBacklog)
+			}
+			n := steerNotes(r)
+			if len(n) != tc.notes || !strings.Contains(n[0], tc.err.Error()) {
+				t.Errorf("notes %q, want %d saying %q", n, tc.notes, tc.err)
+			}
+			if r.Groups[0].Steer != nil || r.Groups[1].Steer != nil {
+				t.Errorf("steer objects %+v, %+v; want none", r.Groups[0].Steer, r.Groups[1].Steer)
+			}
+		})
+	}
+}
+
+// A steering program with a live slot migrates whatever tcp_migrate_req
+// says: no migration-disabled for that group. Draining slots alone do not.
+func TestMigrationDisabledSteered(t *testing.T) {
+	for _, tc := range []struct {
+		state steer.State
+		want  []string
+	}{{steer.Live, []string{codeQueueOverBacklog}}, {steer.Draining, []string{codeMigrationDisabled, codeQueueOverBacklog}}} {
+		k := fakeKernel(false)
+		k.steer = func(_ context.Context, _ string, a netip.AddrPort) ([]steer.Slot, string, error) {
+			if a.Port() != 8080 {
+				return nil, "", steer.ErrNoGroup
+			}
+			return []steer.Slot{{Index: 0, State: tc.state, Weight: 100}}, "/pins", nil
+		}
+		if r, _ := doctorJSON(t, k); !slices.Equal(codes(r), tc.want) {
+			t.Errorf("8080 steered, slot %s: problems %v, want %v", tc.state, codes(r), tc.want)
 		}
 	}
 }

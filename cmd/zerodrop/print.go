@@ -32,6 +32,7 @@ func writeTable(w io.Writer, r *report) error {
 		b.WriteString("no TCP listeners\n")
 	} else {
 		writeGroups(&b, r.Groups)
+		writeSteer(&b, r.Groups)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
@@ -60,6 +61,30 @@ func writeGroups(w io.Writer, groups []group) {
 		}
 	}
 	tw.Flush()
+}
+
+// writeSteer prints the slot table of each steered group.
+func writeSteer(w io.Writer, groups []group) {
+	for _, g := range groups {
+		if g.Steer == nil {
+			continue
+		}
+		fmt.Fprintf(w, "\nsteering %s (pins %s): %d slot(s) taken\n", hostPort(g), g.Steer.Dir, len(g.Steer.Slots))
+		if len(g.Steer.Slots) == 0 {
+			continue
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  SLOT\tSTATE\tINODE\tCLASS\tWEIGHT\tLOAD\tSTEERED\tMIGRATED-IN\tMIGRATED-OUT\tDROPPED")
+		for _, s := range g.Steer.Slots {
+			inode := "-"
+			if s.Inode != 0 {
+				inode = fmt.Sprint(s.Inode)
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Index, s.State, inode, s.Class,
+				s.Weight, s.Load, s.Steered, s.MigratedIn, s.MigratedOut, s.Dropped)
+		}
+		tw.Flush()
+	}
 }
 
 func pidList(m member) string {

@@ -36,7 +36,7 @@ func diagnose(r *report) []problem {
 func migrationDisabled(r *report) (problem, bool) {
 	var groups []string
 	for _, g := range r.Groups {
-		if len(g.Members) > 1 {
+		if len(g.Members) > 1 && !steered(g) {
 			groups = append(groups, fmt.Sprintf("%s with %d listeners", hostPort(g), len(g.Members)))
 		}
 	}
