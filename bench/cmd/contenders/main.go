@@ -21,7 +21,7 @@ type options struct {
 	contenders  []string
 	reps        int
 	out         string
-	base        runSpec // Restarts, Period, Lead, Tail, Window, Timeout, KeepAlive
+	base        runSpec // Restarts, Period, Lead, Tail, Window, Timeout, KeepAlive, Rate
 }
 
 func main() {
@@ -43,7 +43,7 @@ func main() {
 func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("contenders", flag.ContinueOnError)
 	var o options
-	conc := fs.String("c", "64,256", "closed-loop concurrencies, comma-separated")
+	conc := fs.String("c", "64,256", "concurrencies, comma-separated: closed-loop workers, or the most requests in flight with -rate")
 	only := fs.String("only", "", "contenders to run, comma-separated (default: all)")
 	fs.IntVar(&o.reps, "reps", 1, "repetitions")
 	fs.StringVar(&o.out, "o", "bench-out", "output `directory`")
@@ -54,6 +54,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.base.Window, "window", 100*time.Millisecond, "buckets this close to a restart count as around it")
 	fs.DurationVar(&o.base.Timeout, "timeout", 2*time.Second, "per-request timeout")
 	fs.BoolVar(&o.base.KeepAlive, "keepalive", false, "reuse connections instead of one per request")
+	fs.Float64Var(&o.base.Rate, "rate", 0, "open loop: this many requests per second (0: closed loop)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

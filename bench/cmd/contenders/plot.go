@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/zerodrop/zerodrop/internal/load"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -19,24 +20,34 @@ import (
 // bucketMS is the width of the load's buckets (its default).
 const bucketMS = 100
 
-var (
-	markColor = color.RGBA{R: 120, G: 120, B: 120, A: 255}
-	failColor = color.RGBA{R: 200, A: 255}
-)
+var markColor = color.RGBA{R: 120, G: 120, B: 120, A: 255}
+
+// classStyle is how each failure class is drawn.
+var classStyle = map[load.Class]draw.GlyphStyle{
+	load.Reset:   {Color: color.RGBA{R: 200, A: 255}, Shape: draw.CircleGlyph{}, Radius: vg.Points(2.5)},
+	load.Refused: {Color: color.RGBA{R: 230, G: 140, A: 255}, Shape: draw.BoxGlyph{}, Radius: vg.Points(2.5)},
+	load.EOF:     {Color: color.RGBA{R: 120, B: 180, A: 255}, Shape: draw.TriangleGlyph{}, Radius: vg.Points(2.5)},
+	load.Timeout: {Color: color.RGBA{A: 255}, Shape: draw.CrossGlyph{}, Radius: vg.Points(2.5)},
+	load.Status:  {Color: color.RGBA{G: 140, A: 255}, Shape: draw.PlusGlyph{}, Radius: vg.Points(2.5)},
+	load.Other:   {Color: color.RGBA{R: 120, G: 120, A: 255}, Shape: draw.RingGlyph{}, Radius: vg.Points(2.5)},
+}
 
 // plotRun draws a run as SVG at path: the p99 latency of each bucket over
-// time (log scale) above the failed requests of each bucket, both with the
-// restart moments as vertical lines.
+// time (log scale) above the failed requests of each bucket by class, both
+// with the restart moments as vertical lines.
 func plotRun(path string, r runResult) error {
 	l := r.Load
-	var lat, fail plotter.XYs
+	var lat plotter.XYs
+	fail := map[load.Class]plotter.XYs{}
 	for _, b := range l.Buckets {
 		t := (b.StartMS + bucketMS/2) / 1000 // its middle
 		if b.P99MS > 0 {
 			lat = append(lat, plotter.XY{X: t, Y: b.P99MS})
 		}
-		if b.Failed > 0 {
-			fail = append(fail, plotter.XY{X: t, Y: float64(b.Failed)})
+		for c, n := range b.FailedByClass {
+			if n > 0 {
+				fail[c] = append(fail[c], plotter.XY{X: t, Y: float64(n)})
+			}
 		}
 	}
 	marks := make(markLines, len(l.Marks))
@@ -65,16 +76,20 @@ func plotRun(path string, r runResult) error {
 		top.Add(line)
 	}
 	bottom.Y.Min, bottom.Y.Max = 0, 1
-	if len(fail) > 0 {
-		sc, err := plotter.NewScatter(fail)
+	bottom.Legend.Top = true
+	for _, c := range classes {
+		if len(fail[c]) == 0 {
+			continue
+		}
+		sc, err := plotter.NewScatter(fail[c])
 		if err != nil {
 			return err
 		}
-		sc.GlyphStyle.Color = failColor
-		sc.GlyphStyle.Shape = draw.CircleGlyph{}
+		sc.GlyphStyle = classStyle[c]
 		bottom.Add(sc)
-		_, _, _, ymax := plotter.XYRange(fail)
-		bottom.Y.Max = math.Max(1, ymax*1.1)
+		bottom.Legend.Add(string(c), sc)
+		_, _, _, ymax := plotter.XYRange(fail[c])
+		bottom.Y.Max = math.Max(bottom.Y.Max, ymax*1.15)
 	}
 	return saveSVG(path, top, bottom)
 }

@@ -28,6 +28,7 @@ type runSpec struct {
 	Window      time.Duration `json:"window_ns"` // around a mark
 	Timeout     time.Duration `json:"timeout_ns"`
 	KeepAlive   bool          `json:"keepalive"`
+	Rate        float64       `json:"rate,omitempty"` // open loop: requests per second
 }
 
 // maxDuration bounds a run: every restart may take as long as a worker may
@@ -108,7 +109,7 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 		return fmt.Errorf("%s: start: %w", sp.name, err)
 	}
 	g, err := load.New(load.Config{URL: "http://" + env.addr + "/", Concurrency: s.Concurrency,
-		Duration: s.maxDuration(), Timeout: s.Timeout, KeepAlive: s.KeepAlive, Header: "X-Generation",
+		Rate: s.Rate, Duration: s.maxDuration(), Timeout: s.Timeout, KeepAlive: s.KeepAlive, Header: "X-Generation",
 		Window: s.Window})
 	if err != nil {
 		c.stop(ctx)
