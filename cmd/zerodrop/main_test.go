@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("listen", helperListen)
+	netnstest.RegisterHelper("doctor", helperDoctor)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }
@@ -34,6 +36,12 @@ func helperListen() {
 	}
 	fmt.Printf("%d\n", l.Addr().(*net.TCPAddr).Port)
 	select {}
+}
+
+// helperDoctor runs zerodrop with the space-separated arguments in
+// $DOCTOR_ARGS and exits with its status.
+func helperDoctor() {
+	os.Exit(run(context.Background(), strings.Fields(os.Getenv("DOCTOR_ARGS")), os.Stdout, os.Stderr))
 }
 
 // doctorJSON runs doctor --json with extra flags against k and returns the

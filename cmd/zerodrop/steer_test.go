@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,6 +112,42 @@ func TestDoctorSteerNoBPFFS(t *testing.T) {
 			if g, _, _ := find(r, inode(t, l)); g.Steer != nil {
 				t.Errorf("--bpffs %s: steer %+v, want none", dir, g.Steer)
 			}
+		}
+	})
+}
+
+// Run as nobody, doctor cannot open the pins of a steering group root made:
+// one note, the same exit status and groups as without steering.
+func TestDoctorSteerPermission(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 1}, func(t *testing.T) {
+		dir := bpffs(t)
+		l := listen(t, "127.0.0.1:0", 0)
+		join(t, &steer.Config{Dir: dir}, l)
+		p := netnstest.StartHelper(t, "doctor", netnstest.HelperOptions{
+			Path:       netnstest.ExecutableCopy(t),
+			Env:        []string{"DOCTOR_ARGS=doctor --json --bpffs " + dir},
+			Credential: &syscall.Credential{Uid: 65534, Gid: 65534},
+		})
+		out, err := io.ReadAll(p.Stdout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.Wait(ctx); err != nil {
+			t.Fatalf("doctor as nobody: %v", err)
+		}
+		var r report
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("output %q: %v", out, err)
+		}
+		n := steerNotes(r)
+		t.Logf("notes: %q", n)
+		if len(n) != 1 || !strings.Contains(n[0], steer.ErrPermission.Error()) {
+			t.Errorf("notes %q, want one steering note saying %q", r.Notes, steer.ErrPermission)
+		}
+		if g, _, ok := find(r, inode(t, l)); !ok || g.Steer != nil {
+			t.Errorf("group %+v (found %v), want the listener without a steer object", g, ok)
 		}
 	})
 }
