@@ -6,6 +6,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -136,13 +139,11 @@ func (u *Upgrader) receive(c *conn) (socks []*socket, err error) {
 			return nil, &FrameError{Type: typeFDs, Err: ErrFDCount,
 				Detail: fmt.Sprintf("batch first=%d count=%d with %d fds, expected first=%d count=%d of %d offered", b.First, b.Count, len(got), first, want, len(offer))}
 		}
-		for i, fd := range got {
-			d, err := validate(fd, &offer[first+i])
-			if err != nil {
-				return nil, err
-			}
-			digests = append(digests, d)
+		ds, err := validateBatch(got, offer[first:first+want])
+		if err != nil {
+			return nil, err
 		}
+		digests = append(digests, ds...)
 		if err := c.send(&frame{Type: typeAck, Received: len(fds)}, nil); err != nil {
 			return nil, err
 		}
@@ -153,4 +154,30 @@ func (u *Upgrader) receive(c *conn) (socks []*socket, err error) {
 		u.log.Debug("validated", zap.String("name", offer[i].Name), zap.String("kind", offer[i].Kind), zap.String("address", offer[i].Address))
 	}
 	return socks, nil
+}
+
+// validateBatch validates fds[i] against infos[i] on up to GOMAXPROCS
+// goroutines (reading a digest takes some 20 getsockopt calls per fd), and
+// returns the first error in offer order.
+func validateBatch(fds []int, infos []socketInfo) ([]*reuseport.Digest, error) {
+	ds := make([]*reuseport.Digest, len(fds))
+	errs := make([]error, len(fds))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(fds)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < len(fds); i = int(next.Add(1)) - 1 {
+				ds[i], errs[i] = validate(fds[i], &infos[i])
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return ds, nil
 }
