@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"net"
 	"os"
 	"sync"
@@ -105,7 +106,7 @@ func wrapError(l net.Listener, err error) error {
 // checkProtocol refuses sockets that are not IPPROTO_TCP.
 func checkProtocol(tl *net.TCPListener) error {
 	var proto int
-	err := control(tl, func(fd int) (err error) {
+	err := linux.Control(tl, func(fd int) (err error) {
 		proto, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
 		return os.NewSyscallError("getsockopt SO_PROTOCOL", err)
 	})
@@ -264,18 +265,6 @@ func (l *Listener) SyscallConn() (syscall.RawConn, error) { return l.tl.SyscallC
 
 // TCPListener returns the wrapped listener. Closing it directly bypasses the drain.
 func (l *Listener) TCPListener() *net.TCPListener { return l.tl }
-
-func control(c syscall.Conn, f func(fd int) error) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
-		return err
-	}
-	return ferr
-}
 
 // isClosed reports whether err says the socket is already closed.
 func isClosed(err error) bool { return errors.Is(err, net.ErrClosed) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"net"
 	"os"
 	"time"
@@ -109,7 +110,7 @@ func (l *Listener) look(ctx context.Context, r *Report) {
 	defer func() { r.InspectTook = time.Since(t0) }()
 	var ino uint64
 	var reuse int
-	err := control(l.tl, func(fd int) error {
+	err := linux.Control(l.tl, func(fd int) error {
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			return os.NewSyscallError("fstat", err)
@@ -163,7 +164,7 @@ func (l *Listener) release(r *Report) error {
 // call, and reads the counters around it.
 func (l *Listener) migrate(r *Report) error {
 	before, cerr := reuseport.ReadCounters()
-	err := control(l.tl, func(fd int) error {
+	err := linux.Control(l.tl, func(fd int) error {
 		return os.NewSyscallError("shutdown", unix.Shutdown(fd, unix.SHUT_RDWR))
 	})
 	after, cerr2 := reuseport.ReadCounters()
@@ -229,7 +230,7 @@ func (l *Listener) acceptUntilEmpty(ctx context.Context, r *Report) error {
 // empty). The caller owns the connection.
 func (l *Listener) acceptOne() (net.Conn, error) {
 	nfd := -1
-	err := control(l.tl, func(fd int) error {
+	err := linux.Control(l.tl, func(fd int) error {
 		var err error
 		nfd, _, err = unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 		if err != nil {

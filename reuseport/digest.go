@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"syscall"
 )
 
@@ -25,7 +26,7 @@ type Digest struct {
 // process or from systemd). It does not take ownership of the socket.
 func ReadDigest(c syscall.Conn) (Digest, error) {
 	var d Digest
-	err := control(c, func(fd int) error {
+	err := linux.Control(c, func(fd int) error {
 		vals, _, err := readOptions(fd)
 		d.Values = vals
 		return err
@@ -90,17 +91,4 @@ next:
 		out.Values = append(out.Values, v)
 	}
 	return out
-}
-
-// control runs f with the socket's fd, without duplicating it.
-func control(c syscall.Conn, f func(fd int) error) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
-		return err
-	}
-	return ferr
 }

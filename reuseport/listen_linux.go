@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"net"
 	"os"
 	"strconv"
@@ -141,7 +142,7 @@ func (l *Listener) readBack(c *Config, e endpoint) error {
 }
 
 func readOptionsConn(c syscall.Conn) (vals []OptionValue, eff Options, err error) {
-	err = control(c, func(fd int) error {
+	err = linux.Control(c, func(fd int) error {
 		vals, eff, err = readOptions(fd)
 		return err
 	})

@@ -17,7 +17,7 @@ type Queue struct {
 // ownership of the socket. A socket that is not listening gives EINVAL.
 func ReadQueue(c syscall.Conn) (Queue, error) {
 	var q Queue
-	err := control(c, func(fd int) error {
+	err := linux.Control(c, func(fd int) error {
 		var err error
 		q.Len, q.Backlog, err = linux.ListenQueue(fd)
 		return err

@@ -94,28 +94,6 @@ or allow user namespaces (user.max_user_namespaces > 0; on Ubuntu 24.04 and late
 kernel.apparmor_restrict_unprivileged_userns=0).`
 }
 
-// linkUp sets IFF_UP on an interface of the current network namespace (lo
-// starts down in a new one).
-func linkUp(name string) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return os.NewSyscallError("socket", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return os.NewSyscallError("ioctl SIOCGIFFLAGS", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return os.NewSyscallError("ioctl SIOCSIFFLAGS", err)
-	}
-	return nil
-}
-
 // mountBPF mounts a bpf filesystem on a new directory for the ebpf strategy's
 // pins. It must run in the runner's own mount namespace: it first makes every
 // mount there private, so nothing propagates to the machine's namespace, and

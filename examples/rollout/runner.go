@@ -62,7 +62,7 @@ type bpfFS struct {
 
 // runAll prepares the namespace and runs each strategy.
 func runAll(ctx context.Context, cfg config, bpf bpfFS, stderr io.Writer) (*summary, error) {
-	if err := linkUp("lo"); err != nil {
+	if err := linux.LinkUp("lo"); err != nil {
 		return nil, fmt.Errorf("bring up lo: %w", err)
 	}
 	// A new connection per request: give the clients every port there is.

@@ -3,6 +3,7 @@ package systemd
 import (
 	"context"
 	"fmt"
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"net/netip"
 	"syscall"
 
@@ -25,7 +26,7 @@ import (
 // it does not take ownership of c.
 func CheckOptions(ctx context.Context, c syscall.Conn, cfg *reuseport.Config, ignore ...string) error {
 	var s sockInfo
-	if err := control(c, func(fd int) (err error) { s, err = readSock(fd); return err }); err != nil {
+	if err := linux.Control(c, func(fd int) (err error) { s, err = readSock(fd); return err }); err != nil {
 		return fmt.Errorf("systemd: check options: %w", err)
 	}
 	network, addr, err := referenceAddr(s)
@@ -83,17 +84,4 @@ func reference(ctx context.Context, network, addr string, cfg *reuseport.Config)
 	}
 	defer l.Close()
 	return l.Digest(), nil
-}
-
-// control runs f with the socket's fd, without duplicating it.
-func control(c syscall.Conn, f func(fd int) error) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
-		return err
-	}
-	return ferr
 }

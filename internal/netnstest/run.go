@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
-	"golang.org/x/sys/unix"
 )
 
 // Keep leaves net.ipv4.tcp_migrate_req at the new namespace's default (0).
@@ -80,7 +79,7 @@ func runPattern(name string) string {
 
 func runChild(t *testing.T, opts Options, body func(t *testing.T)) {
 	t.Helper()
-	if err := linkUp("lo"); err != nil {
+	if err := linux.LinkUp("lo"); err != nil {
 		t.Fatalf("bring up lo: %v", err)
 	}
 	if opts.MigrateReq != Keep {
@@ -105,25 +104,4 @@ func warmNetpoll(t *testing.T) {
 		t.Fatalf("warm up netpoll: %v", err)
 	}
 	l.Close()
-}
-
-// linkUp sets IFF_UP on an interface of the current namespace.
-func linkUp(name string) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return os.NewSyscallError("socket", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return os.NewSyscallError("ioctl SIOCGIFFLAGS", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return os.NewSyscallError("ioctl SIOCSIFFLAGS", err)
-	}
-	return nil
 }

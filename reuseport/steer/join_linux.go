@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -130,7 +131,7 @@ func (g *Group) register(l syscall.Conn, si sockInfo) (*Member, error) {
 // then attaches the program.
 func (m *Member) fill(l syscall.Conn, class uint32) error {
 	o, key := m.g.obj, uint32(m.slot)
-	err := control(l, func(fd int) error {
+	err := linux.Control(l, func(fd int) error {
 		return o.sockets.Update(key, uint64(fd), ebpf.UpdateAny)
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package steer
 import (
 	"errors"
 	"fmt"
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"net/netip"
 	"os"
 	"strconv"
@@ -19,24 +20,11 @@ type sockInfo struct {
 	class  uint32
 }
 
-// control runs f with the socket's fd, without duplicating it.
-func control(c syscall.Conn, f func(fd int) error) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
-		return err
-	}
-	return ferr
-}
-
 // inspect reads the address and cookie of a listening socket and refuses
 // what the program cannot steer: non-TCP sockets and MPTCP listeners.
 func inspect(c syscall.Conn) (sockInfo, error) {
 	var si sockInfo
-	err := control(c, func(fd int) error {
+	err := linux.Control(c, func(fd int) error {
 		proto, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
 		if err != nil {
 			return os.NewSyscallError("getsockopt SO_PROTOCOL", err)
@@ -77,7 +65,7 @@ func inspect(c syscall.Conn) (sockInfo, error) {
 // cookieOf reads a socket's cookie.
 func cookieOf(c syscall.Conn) (uint64, error) {
 	var cookie uint64
-	err := control(c, func(fd int) (err error) {
+	err := linux.Control(c, func(fd int) (err error) {
 		cookie, err = unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
 		return os.NewSyscallError("getsockopt SO_COOKIE", err)
 	})
@@ -86,7 +74,7 @@ func cookieOf(c syscall.Conn) (uint64, error) {
 
 // attach attaches the program to the socket's reuseport group.
 func attach(c syscall.Conn, progFD int) error {
-	return control(c, func(fd int) error {
+	return linux.Control(c, func(fd int) error {
 		err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, progFD)
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			return fmt.Errorf("%w: %w", reuseport.ErrNotSupported, os.NewSyscallError("setsockopt SO_ATTACH_REUSEPORT_EBPF", err))

@@ -1,0 +1,44 @@
+package linux
+
+import (
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Control runs f with the socket's fd, without duplicating it (File would, and
+// would turn off deadlines). The fd is valid only during f.
+func Control(c syscall.Conn, f func(fd int) error) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// LinkUp sets IFF_UP on an interface of the calling thread's network namespace
+// (lo starts down in a new namespace).
+func LinkUp(name string) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return os.NewSyscallError("socket", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return os.NewSyscallError("ioctl SIOCGIFFLAGS", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return os.NewSyscallError("ioctl SIOCSIFFLAGS", err)
+	}
+	return nil
+}
