@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+)
+
+// The built example upgraded three times by SIGHUP under a closed-loop load
+// (a new connection per request): no request fails, the generation goes from
+// 1 to 4, every old generation exits 0 and exactly one server process is left,
+// which the test stops with SIGTERM.
+func TestUpgrade(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		bin := build(t)
+		sock := filepath.Join(t.TempDir(), "run", "handoff.sock")
+		// A fixed port is safe: the namespace is the test's own.
+		s := startServer(t, bin, "-addr", "127.0.0.1:8080", "-socket", sock, "-grace", "20s")
+		pids := []int{s.serving(t, 1)}
+		const url = "http://127.0.0.1:8080/"
+		l := startLoad(t, url, 8)
+		l.waitFor(t, 1, 50)
+		for gen := 2; gen <= 4; gen++ {
+			if err := syscall.Kill(pids[len(pids)-1], syscall.SIGHUP); err != nil {
+				t.Fatal(err)
+			}
+			pids = append(pids, s.serving(t, gen))
+			s.expect(t, fmt.Sprintf("generation %d stopped: release", gen-1))
+			l.waitFor(t, gen, 50)
+		}
+		res := l.stop()
+		t.Logf("requests by generation %v, failed %v", res.byGen, res.failed)
+		if len(res.failed) != 0 {
+			t.Errorf("failed requests %v, want none", res.failed)
+		}
+		for g := 1; g <= 4; g++ {
+			if res.byGen[g] == 0 {
+				t.Errorf("generation %d answered no request", g)
+			}
+		}
+		for i := range 20 {
+			if gen, err := fetch(url); err != nil || gen != 4 {
+				t.Fatalf("request %d after the last upgrade: generation %d, %v; want 4", i, gen, err)
+			}
+		}
+		for _, pid := range pids[:3] {
+			if ws := s.reap(t, pid, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
+				t.Errorf("old generation pid %d: %v, want exit 0", pid, ws)
+			}
+		}
+		if got := s.running(); len(got) != 1 || got[0] != pids[3] {
+			t.Errorf("server processes %v, want only generation 4's %d", got, pids[3])
+		}
+		if pid, err := os.ReadFile(filepath.Join(filepath.Dir(sock), "upgrade.pid")); err != nil || strings.TrimSpace(string(pid)) != strconv.Itoa(pids[3]) {
+			t.Errorf("upgrade.pid = %q, %v; want %d", pid, err, pids[3])
+		}
+		syscall.Kill(pids[3], syscall.SIGTERM)
+		if ws := s.reap(t, pids[3], 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
+			t.Errorf("generation 4 after SIGTERM: %v, want exit 0", ws)
+		}
+	})
+}
+
+var client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// fetch does one request on a new connection and returns the generation that
+// answered.
+func fetch(url string) (int, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("status %s", resp.Status)
+	}
+	return strconv.Atoi(resp.Header.Get("X-Generation"))
+}
+
+// load is a closed loop of clients, each opening a new connection per request.
+type load struct {
+	mu     sync.Mutex
+	byGen  map[int]int
+	failed map[string]int // by outcome class and error
+	quit   chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+}
+
+// startLoad runs n clients until stop, for at most 3 minutes and 1e6 requests
+// each.
+func startLoad(t *testing.T, url string, n int) *load {
+	l := &load{byGen: map[int]int{}, failed: map[string]int{}, quit: make(chan struct{})}
+	deadline := time.Now().Add(3 * time.Minute)
+	for range n {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := 0; i < 1e6 && time.Now().Before(deadline); i++ {
+				select {
+				case <-l.quit:
+					return
+				default:
+				}
+				gen, err := fetch(url)
+				l.mu.Lock()
+				if err != nil {
+					l.failed[netnstest.Classify(err).String()+": "+err.Error()]++
+				} else {
+					l.byGen[gen]++
+				}
+				l.mu.Unlock()
+			}
+		}()
+	}
+	t.Cleanup(func() { l.stop() })
+	return l
+}
+
+// waitFor waits up to 60 s until generation gen has answered n requests.
+func (l *load) waitFor(t *testing.T, gen, n int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		l.mu.Lock()
+		got := l.byGen[gen]
+		l.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("generation %d answered %d requests in 60 s, want %d", gen, got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type result struct {
+	byGen  map[int]int
+	failed map[string]int
+}
+
+// stop ends the load (once) and returns the counts.
+func (l *load) stop() result {
+	l.once.Do(func() { close(l.quit) })
+	l.wg.Wait()
+	client.CloseIdleConnections()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return result{byGen: l.byGen, failed: l.failed}
+}
+
+func TestParseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{nil, true}, {[]string{"-addr", ":0", "-exec", "/bin/true", "-grace", "1s"}, true},
+		{[]string{"-grace", "soon"}, false}, {[]string{"extra"}, false}, {[]string{"-nope"}, false},
+	} {
+		if _, err := parseFlags(tc.args, io.Discard); (err == nil) != tc.ok {
+			t.Errorf("parseFlags(%q) = %v, want ok=%v", tc.args, err, tc.ok)
+		}
+	}
+}
+
+// Example_run serves one generation until SIGTERM, upgrading on SIGHUP.
+// Compile-only: it runs until signalled and starts other processes.
+func Example_run() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	c := &config{addr: "127.0.0.1:8080", socket: "/run/example/handoff.sock", grace: 30 * time.Second}
+	if err := run(ctx, c, hup, os.Stdout); err != nil {
+		fmt.Println(err)
+	}
+}
