@@ -33,6 +33,8 @@ const (
 	envAddr = "ZD_ADDR" // address of "http" (default 127.0.0.1:0)
 	// ZD_SYSTEMD=1: act as if socket-activated with fd 3 named "http"
 	envSystemd = "ZD_SYSTEMD"
+	// ZD_WAIT=1: print "started", then wait for a line on stdin before New
+	envWait = "ZD_WAIT"
 )
 
 func fdCount() int {
@@ -66,6 +68,12 @@ func app(base int) error {
 	mode := os.Getenv(envMode)
 	if mode == "pause" {
 		testHookBatchSent = func(int) { fmt.Println("paused"); time.Sleep(time.Hour) }
+	}
+	if os.Getenv(envWait) != "" { // started early: wait for the go
+		fmt.Println("started")
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			return err
+		}
 	}
 	if os.Getenv(envSystemd) != "" { // what systemd sets after fork: fd 3 is "http"
 		os.Setenv("LISTEN_PID", strconv.Itoa(os.Getpid()))
@@ -260,7 +268,17 @@ type appProc struct {
 
 func startApp(t *testing.T, path string, env ...string) *appProc {
 	t.Helper()
-	p := netnstest.StartHelper(t, "app", netnstest.HelperOptions{Env: append([]string{envPath + "=" + path}, env...)})
+	return startAppIn(t, path, nil, env...)
+}
+
+// startAppIn starts the app with stdin.
+func startAppIn(t *testing.T, path string, stdin *os.File, env ...string) *appProc {
+	t.Helper()
+	opts := netnstest.HelperOptions{Env: append([]string{envPath + "=" + path}, env...)}
+	if stdin != nil {
+		opts.Stdin = stdin
+	}
+	p := netnstest.StartHelper(t, "app", opts)
 	a := &appProc{Proc: p, lines: make(chan string, 16)}
 	go func() {
 		defer close(a.lines)
