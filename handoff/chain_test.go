@@ -27,7 +27,7 @@ func TestChainOfHandoffs(t *testing.T) {
 		addr := f[3]
 		ld := startLoad(t, addr, 4)
 		ld.waitAnswers(t, 50)
-		time.Sleep(time.Second) // steady state, for the latency comparison
+		time.Sleep(time.Second)              // steady state, for the latency comparison
 		handoffAt := []time.Time{time.Now()} // [0]: end of the steady state
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
