@@ -42,6 +42,7 @@ type server struct {
 	cmd    *exec.Cmd
 	first  chan struct{} // closed when the first generation was reaped
 	lines  <-chan string
+	seen   []string // lines read so far
 	reaped map[int]syscall.WaitStatus
 }
 
@@ -90,9 +91,15 @@ func readLines(r io.ReadCloser) <-chan string {
 	return ch
 }
 
-// expect waits up to 60 s for a line starting with prefix and returns it.
+// expect waits up to 60 s for a line starting with prefix and returns it; the
+// line may have been read already (generations print concurrently).
 func (s *server) expect(t *testing.T, prefix string) string {
 	t.Helper()
+	for _, line := range s.seen {
+		if strings.HasPrefix(line, prefix) {
+			return line
+		}
+	}
 	timeout := time.After(60 * time.Second)
 	for {
 		select {
@@ -101,6 +108,7 @@ func (s *server) expect(t *testing.T, prefix string) string {
 				t.Fatalf("server output ended before %q", prefix)
 			}
 			t.Logf("server: %s", line)
+			s.seen = append(s.seen, line)
 			if strings.HasPrefix(line, prefix) {
 				return line
 			}
