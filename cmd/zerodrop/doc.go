@@ -41,7 +41,27 @@
 // counters, counters_delta (with --watch), notes and problems (code, message,
 // fix).
 //
-// # Exit status
+// # zerodrop upgrade
+//
+//	zerodrop upgrade --socket PATH (--pid N [--signal HUP] | -- CMD [ARGS...]) [--timeout 2m] [--json]
+//
+// upgrade is the ExecReload= that tells the truth. It asks the process serving
+// the handoff socket PATH (package handoff) for its generation, then starts
+// the next one: by sending --signal to --pid (a server that starts its own
+// successor on SIGHUP, such as examples/upgrade; under systemd, $MAINPID), or
+// by running CMD, which outlives the command. It waits (handoff.Upgrade) until
+// a newer generation serves PATH, as seen from outside, and prints from and to
+// generation, the new pid and how long it took; --json prints the same as one
+// object (ok, socket, from, to, pid, took_ms, and generation and reason on
+// failure). It fails, with the reason, when nobody serves PATH, when the
+// serving process reports a failed handoff, when CMD exits with an error, or
+// after --timeout. It must run as the server's user (the handoff socket
+// answers only its own UID).
+//
+// Exit status: 0 when the new generation serves, 1 when it does not, 2 for a
+// bad command line.
+//
+// # Exit status (doctor)
 //
 // 0 when there is no problem, 1 when there are problems, 2 when the kernel
 // could not be read (or the command line is wrong).

@@ -14,6 +14,8 @@ const usage = `usage: zerodrop <command> [flags]
 commands:
   doctor   show the reuseport groups of this network namespace, their queues,
            net.ipv4.tcp_migrate_req and the kernel counters, and what is wrong
+  upgrade  start the next generation of a server that hands its sockets over
+           (package handoff) and exit 0 only once it serves
   help     print this text
 
 Run "zerodrop <command> -h" for the flags of a command.
@@ -35,6 +37,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "doctor":
 		return doctorMain(ctx, args[1:], stdout, stderr, linuxKernel())
+	case "upgrade":
+		return upgradeMain(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
