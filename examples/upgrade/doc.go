@@ -21,7 +21,10 @@
 //	    --pid $(cat /tmp/zerodrop-upgrade-$(id -u)/upgrade.pid) --signal HUP
 //
 // SIGINT or SIGTERM drains and exits (the socket closes with the last
-// generation).
+// generation): /ready answers 503 at once, requests are still served for
+// -delay (so load balancers notice), then the listener stops without losing
+// its queue, every accepted request is answered, and what is left after
+// -grace is closed. examples/kubernetes runs it as a Deployment.
 //
 // # How it works
 //

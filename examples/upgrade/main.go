@@ -23,7 +23,7 @@ import (
 // config is the command line.
 type config struct {
 	addr, socket, exec string
-	grace              time.Duration
+	grace, delay       time.Duration
 	args               []string // passed on to the successor
 }
 
@@ -37,6 +37,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		"handoff socket; its directory is created 0700, and upgrade.pid is written next to it")
 	fs.StringVar(&c.exec, "exec", "", "binary to start on SIGHUP (default: this binary's path again)")
 	fs.DurationVar(&c.grace, "grace", 30*time.Second, "bound on the drain")
+	fs.DurationVar(&c.delay, "delay", 0, "keep serving this long after /ready turns 503 at SIGTERM (drain.Server.Delay)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -99,6 +100,7 @@ func run(ctx context.Context, c *config, hup <-chan os.Signal, out io.Writer) er
 		case <-u.Exit():
 			fmt.Fprintf(out, "generation %d: successor ready, draining\n", gen)
 		case <-ctx.Done():
+			srv.Delay = c.delay // load balancers must notice; a successor needs no delay
 		case err := <-served:
 			return fmt.Errorf("serve: %w", err)
 		}

@@ -73,6 +73,48 @@ func TestUpgrade(t *testing.T) {
 	})
 }
 
+// SIGTERM with -delay, as Kubernetes sends it: /ready answers 503 at once
+// while requests are still served, then the server drains and exits 0.
+func TestTerminateWithDelay(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		bin := build(t)
+		sock := filepath.Join(t.TempDir(), "run", "handoff.sock")
+		s := startServer(t, bin, "-addr", "127.0.0.1:8080", "-socket", sock, "-delay", "5s", "-grace", "20s")
+		pid := s.serving(t, 1)
+		if code := status(t, "http://127.0.0.1:8080/ready"); code != http.StatusOK {
+			t.Fatalf("/ready before SIGTERM: %d, want 200", code)
+		}
+		syscall.Kill(pid, syscall.SIGTERM)
+		code := 0
+		for i := 0; i < 500 && code != http.StatusServiceUnavailable; i++ {
+			code = status(t, "http://127.0.0.1:8080/ready")
+			time.Sleep(5 * time.Millisecond)
+		}
+		if code != http.StatusServiceUnavailable {
+			t.Fatalf("/ready after SIGTERM: %d, want 503", code)
+		}
+		if gen, err := fetch("http://127.0.0.1:8080/"); err != nil || gen != 1 {
+			t.Errorf("request during the delay: generation %d, %v; want 1", gen, err)
+		}
+		s.expect(t, "generation 1 stopped: accept")
+		if ws := s.reap(t, pid, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
+			t.Errorf("after SIGTERM: %v, want exit 0", ws)
+		}
+	})
+}
+
+// status does a GET on a new connection and returns the status code.
+func status(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 var client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // fetch does one request on a new connection and returns the generation that
@@ -170,7 +212,7 @@ func TestParseFlags(t *testing.T) {
 		args []string
 		ok   bool
 	}{
-		{nil, true}, {[]string{"-addr", ":0", "-exec", "/bin/true", "-grace", "1s"}, true},
+		{nil, true}, {[]string{"-addr", ":0", "-exec", "/bin/true", "-grace", "1s", "-delay", "5s"}, true},
 		{[]string{"-grace", "soon"}, false}, {[]string{"extra"}, false}, {[]string{"-nope"}, false},
 	} {
 		if _, err := parseFlags(tc.args, io.Discard); (err == nil) != tc.ok {
