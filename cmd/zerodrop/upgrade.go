@@ -169,7 +169,11 @@ func failure(ctx context.Context, o *upgradeOpts, before handoff.Status, err err
 	case context.Cause(ctx) != nil && !errors.Is(context.Cause(ctx), context.Canceled) && !errors.Is(context.Cause(ctx), context.DeadlineExceeded):
 		return fmt.Sprintf("%v; %s", context.Cause(ctx), still)
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Sprintf("timeout: no newer generation served %s within %s; %s (the start did nothing, or the new process did not reach Ready)", o.socket, o.timeout, still)
+		why := "the start did nothing, or the new process did not reach Ready"
+		if o.pid > 0 && o.pid != before.PID {
+			why = fmt.Sprintf("--pid %d is not the process serving the socket", o.pid)
+		}
+		return fmt.Sprintf("timeout: no newer generation served %s within %s; %s (%s)", o.socket, o.timeout, still, why)
 	case ue != nil && ue.Reason == "start failed":
 		return fmt.Sprintf("could not start the new generation: %v; %s", ue.Err, still)
 	case ue != nil && ue.Reason != "" && ue.Err == nil:

@@ -221,6 +221,8 @@ func TestUpgradeFails(t *testing.T) {
 		}{
 			{"nothing", []string{"--timeout", "1s", "--", "/bin/true"},
 				"timeout: no newer generation served " + sock + " within 1s; generation 1 (pid "},
+			{"wrong pid", []string{"--timeout", "1s", "--pid", strconv.Itoa(os.Getpid()), "--signal", "URG"}, // SIGURG: ignored
+				"timeout: no newer generation served " + sock + " within 1s; generation 1 (pid "},
 			{"cmd fails", []string{"--", "/bin/false"}, "/bin/false (pid "},
 			{"hangs up", []string{"--", "/usr/bin/env", "ZERODROP_TEST_HELPER=quitter", "SOCK=" + sock, self, "-test.run=^$"},
 				"the handoff failed ("},
@@ -231,7 +233,10 @@ func TestUpgradeFails(t *testing.T) {
 			if code != exitFailed || r.OK || r.Generation != 1 || !strings.HasPrefix(r.Reason, tc.want) {
 				t.Errorf("%s: exit %d, %+v; want exit 1, generation 1, reason %q...", tc.name, code, r, tc.want)
 			}
-			if tc.name == "nothing" && took < time.Second {
+			if tc.name == "wrong pid" && !strings.HasSuffix(r.Reason, fmt.Sprintf("(--pid %d is not the process serving the socket)", os.Getpid())) {
+				t.Errorf("%s: reason %q does not name the wrong pid", tc.name, r.Reason)
+			}
+			if (tc.name == "nothing" || tc.name == "wrong pid") && took < time.Second {
 				t.Errorf("%s: returned after %s, before --timeout 1s", tc.name, took)
 			}
 			if gen, _ := generation(t); gen != 1 {
