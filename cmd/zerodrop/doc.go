@@ -1,5 +1,7 @@
 // Command zerodrop is the operator's tool for zerodrop: it reads what the
-// kernel knows about the listening sockets of the current network namespace.
+// kernel knows about the listening sockets of the current network namespace
+// (doctor), and upgrades a server that hands its sockets over, telling the
+// truth about the result (upgrade).
 //
 // # zerodrop doctor
 //
