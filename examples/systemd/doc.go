@@ -26,10 +26,33 @@
 // GET / answers "generation G pid P inode I": check from outside which
 // generation serves, rather than trusting that a command returned 0.
 //
+// # Reload: a binary upgrade through package handoff
+//
+// With -socket PATH the listener goes through a handoff.Upgrader (the
+// predecessor's socket, else systemd's, else a fresh one), and SIGHUP starts
+// the next generation without a restart:
+//
+//  1. The running process sends RELOADING=1 (with MONOTONIC_USEC) and starts
+//     its own executable again with the same arguments.
+//  2. The successor inherits the listener over PATH (the same kernel socket:
+//     nothing is queued, migrated or reset), stores it (-store), serves it,
+//     sends MAINPID=<its pid>, completes the handoff (Upgrader.Ready) and
+//     sends READY=1. Its generation is one more; it pings the watchdog.
+//  3. The old process drains (drain.Server.Shutdown: every accepted request
+//     is answered; no STOPPING=1, the service goes on) and exits 0.
+//
+// If the successor cannot start or exits first, the old process sends READY=1
+// again and keeps serving. "zerodrop upgrade --socket PATH --pid P --signal
+// HUP" is the synchronous trigger: it exits 0 only when a newer generation
+// serves PATH. MAINPID= is sent before the handoff completes, so that systemd
+// never sees its main process exit; if the handoff then fails, the successor
+// gives MAINPID back to its parent.
+//
 // # The units
 //
 // zerodrop-example.socket and zerodrop-example.service (comments on each
-// setting) run it on port 8080. A truthful ExecReload= (start the next
-// generation, exit 0 only when it serves) is package handoff's trigger; the
-// service leaves it out until that exists.
+// setting) run it on port 8080. ExecReload= runs zerodrop upgrade with
+// --pid $MAINPID, so "systemctl reload" returns success only when the new
+// generation serves; NotifyAccess=all lets the successor send MAINPID= and
+// READY=1.
 package main

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"golang.org/x/sys/unix"
@@ -23,14 +24,16 @@ import (
 
 // config is the command line.
 type config struct {
+	args               []string // the whole command line, for a successor
 	addr, name, ignore string
+	socket             string // the handoff socket; "" means no reload
 	generation         int
 	store              bool
 	grace              time.Duration
 }
 
 func parse(args []string) (*config, error) {
-	c := &config{}
+	c := &config{args: args}
 	fs := flag.NewFlagSet("systemd", flag.ContinueOnError)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on when not socket-activated")
 	fs.StringVar(&c.name, "name", "http", "FileDescriptorName= of the listener (and FDNAME= in the fd store)")
@@ -38,6 +41,7 @@ func parse(args []string) (*config, error) {
 	fs.IntVar(&c.generation, "generation", 1, "generation number reported in STATUS= and by GET /")
 	fs.BoolVar(&c.store, "store", false, "push the listener into systemd's fd store (for a service without a .socket unit)")
 	fs.DurationVar(&c.grace, "grace", 30*time.Second, "bound on the drain at stop")
+	fs.StringVar(&c.socket, "socket", "", "handoff socket (its directory must be 0700 or 0755, ours): SIGHUP starts a successor that takes the listener over")
 	return c, fs.Parse(args)
 }
 
@@ -47,19 +51,31 @@ func main() {
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := run(ctx, c, os.Stdout); err != nil {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	err = run(ctx, c, hup, os.Stdout)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "systemd example:", err)
 		os.Exit(1)
 	}
 }
 
-// run serves until ctx ends, then drains.
-func run(ctx context.Context, c *config, out io.Writer) error {
-	l, how, err := listen(ctx, c)
+// run serves until ctx ends, then drains. With -socket, each value from hup
+// starts a successor, and once it serves this process drains and returns.
+func run(ctx context.Context, c *config, hup <-chan os.Signal, out io.Writer) error {
+	u, err := newUpgrader(ctx, c)
 	if err != nil {
 		return err
 	}
+	if u != nil {
+		defer u.Close()
+	}
+	l, how, err := listen(ctx, c, u)
+	if err != nil {
+		return err
+	}
+	gen := c.generation - 1 + int(generationOf(u))
 	n := systemd.FromEnv() // nil outside systemd: notifications are no-ops
 	if c.store {
 		if err := n.Store(c.name, l.(syscall.Conn)); err != nil {
@@ -75,36 +91,35 @@ func run(ctx context.Context, c *config, out io.Writer) error {
 	srv := &drain.Server{HTTP: &http.Server{ReadHeaderTimeout: 10 * time.Second}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(w, "generation %d pid %d inode %d\n", c.generation, os.Getpid(), ino)
+		fmt.Fprintf(w, "generation %d pid %d inode %d\n", gen, os.Getpid(), ino)
 	})
 	mux.Handle("/ready", srv.Ready())
 	srv.HTTP.Handler = mux
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 
-	status := fmt.Sprintf("generation %d serving %s (%s, inode %d)", c.generation, l.Addr(), how, ino)
+	status := fmt.Sprintf("generation %d serving %s (%s, inode %d)", gen, l.Addr(), how, ino)
 	fmt.Fprintln(out, status)
-	if err := n.Ready(status); err != nil {
-		return errors.Join(err, shutdown(n, srv, c, out))
+	if err := announce(n, u, status); err != nil {
+		return errors.Join(err, drainServer(srv, c.grace, out))
 	}
-	w, err := n.StartWatchdog(ctx)
+	w, err := watchdog(ctx, n, u)
 	if err != nil {
-		return errors.Join(err, shutdown(n, srv, c, out))
+		return errors.Join(err, shutdown(n, srv, gen, c.grace, out))
 	}
 	defer w.Stop()
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
-	}
-	return shutdown(n, srv, c, out)
+	return wait(ctx, c, &generation{n: n, u: u, srv: srv, w: w, gen: gen, status: status}, hup, served, out)
 }
 
-// listen takes the listener from systemd, or creates it when not activated.
-func listen(ctx context.Context, c *config) (net.Listener, string, error) {
+// listen takes the listener from the predecessor (with -socket), from
+// systemd, or creates it when not activated.
+func listen(ctx context.Context, c *config, u *handoff.Upgrader) (net.Listener, string, error) {
 	act, err := systemd.Activated()
 	if err != nil {
 		return nil, "", err
+	}
+	if u != nil {
+		return listenHandoff(ctx, c, u, act)
 	}
 	cfg := &reuseport.Config{}
 	if act == nil {
@@ -112,25 +127,33 @@ func listen(ctx context.Context, c *config) (net.Listener, string, error) {
 		return l, "listened", err
 	}
 	defer act.Close() // fds we did not take (none, with the example units)
-	var ignore []string
-	if c.ignore != "" {
-		ignore = strings.Split(c.ignore, ",")
-	}
-	l, err := act.Listener(ctx, c.name, "tcp", "", cfg, ignore...)
+	l, err := act.Listener(ctx, c.name, "tcp", "", cfg, ignoreOptions(c)...)
 	return l, "from systemd", err
 }
 
+func ignoreOptions(c *config) []string {
+	if c.ignore == "" {
+		return nil
+	}
+	return strings.Split(c.ignore, ",")
+}
+
 // shutdown tells systemd and drains the server.
-func shutdown(n *systemd.Notifier, srv *drain.Server, c *config, out io.Writer) error {
-	errNotify := n.Stopping(fmt.Sprintf("generation %d draining", c.generation))
-	ctx, cancel := context.WithTimeout(context.Background(), c.grace)
+func shutdown(n *systemd.Notifier, srv *drain.Server, gen int, grace time.Duration, out io.Writer) error {
+	errNotify := n.Stopping(fmt.Sprintf("generation %d draining", gen))
+	return errors.Join(errNotify, drainServer(srv, grace, out))
+}
+
+// drainServer drains srv within grace and prints its report (JSON on stderr).
+func drainServer(srv *drain.Server, grace time.Duration, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	report, err := srv.Shutdown(ctx)
 	if report != nil {
 		json.NewEncoder(os.Stderr).Encode(report)
 		fmt.Fprintf(out, "stopped: %s\n", report.Method)
 	}
-	return errors.Join(errNotify, err)
+	return err
 }
 
 func inode(l net.Listener) (uint64, error) {

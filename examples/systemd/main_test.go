@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
-		if err := run(ctx, c, os.Stdout); err != nil {
+		if err := run(ctx, c, nil, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "server:", err)
 			os.Exit(1)
 		}
@@ -276,6 +276,10 @@ func TestUnitsVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 		b = []byte(strings.ReplaceAll(string(b), "/usr/local/bin/zerodrop-example", os.Args[0]))
+		b = []byte(strings.ReplaceAll(string(b), "/usr/local/bin/zerodrop ", os.Args[0]+" ")) // ExecReload=
+		if name == "zerodrop-example.service" && !strings.Contains(string(b), "\nExecReload="+os.Args[0]+" upgrade ") {
+			t.Fatalf("%s has no ExecReload= running zerodrop upgrade", name)
+		}
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}

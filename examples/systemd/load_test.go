@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// load is a bounded client loop: workers that each open a new connection per
+// request (no keep-alive) and count the answers by generation.
+type load struct {
+	stopc  chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	byGen  map[string]int // first word after "generation" in the body
+	failed []error
+}
+
+// startLoad runs workers against url until stop, for at most 2 minutes and
+// 100000 requests each.
+func startLoad(t *testing.T, url string, workers int) *load {
+	l := &load{stopc: make(chan struct{}), byGen: map[string]int{}}
+	tr := &http.Transport{DisableKeepAlives: true}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: tr}
+	deadline := time.Now().Add(2 * time.Minute)
+	for range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := 0; i < 100000 && time.Now().Before(deadline); i++ {
+				select {
+				case <-l.stopc:
+					return
+				default:
+				}
+				gen, err := fetch(c, url)
+				l.mu.Lock()
+				if err != nil {
+					l.failed = append(l.failed, err)
+				} else {
+					l.byGen[gen]++
+				}
+				l.mu.Unlock()
+			}
+		}()
+	}
+	t.Cleanup(func() { l.stop(); tr.CloseIdleConnections() })
+	return l
+}
+
+// fetch GETs url and returns the generation in the answer.
+func fetch(c *http.Client, url string) (string, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	f := strings.Fields(string(b))
+	if resp.StatusCode != 200 || len(f) < 2 || f[0] != "generation" {
+		return "", fmt.Errorf("GET %s: %d %q", url, resp.StatusCode, b)
+	}
+	return f[1], nil
+}
+
+// waitFor waits (at most 60 s) until generation gen answered n requests.
+func (l *load) waitFor(t *testing.T, gen string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		l.mu.Lock()
+		got, failed := l.byGen[gen], len(l.failed)
+		l.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("generation %s answered %d requests in 60 s, want %d (%d failed)", gen, got, n, failed)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop ends the loop (safe twice) and returns the counts.
+func (l *load) stop() (map[string]int, []error) {
+	select {
+	case <-l.stopc:
+	default:
+		close(l.stopc)
+	}
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byGen, l.failed
+}
