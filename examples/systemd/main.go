@@ -38,7 +38,7 @@ func parse(args []string) (*config, error) {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "address to listen on when not socket-activated")
 	fs.StringVar(&c.name, "name", "http", "FileDescriptorName= of the listener (and FDNAME= in the fd store)")
 	fs.StringVar(&c.ignore, "ignore-options", "", "comma-separated options CheckOptions leaves out (e.g. SO_REUSEPORT)")
-	fs.IntVar(&c.generation, "generation", 1, "generation number reported in STATUS= and by GET /")
+	fs.IntVar(&c.generation, "generation", 1, "generation number reported in STATUS= and by GET / (with -socket: of the first process; each reload adds one)")
 	fs.BoolVar(&c.store, "store", false, "push the listener into systemd's fd store (for a service without a .socket unit)")
 	fs.DurationVar(&c.grace, "grace", 30*time.Second, "bound on the drain at stop")
 	fs.StringVar(&c.socket, "socket", "", "handoff socket (its directory must be 0700 or 0755, ours): SIGHUP starts a successor that takes the listener over")
