@@ -93,7 +93,7 @@ func (u *Upgrader) inherit(nc *net.UnixConn) (err error) {
 		return &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("predecessor speaks version %d, we speak %d", f.Version, Version)}
 	}
 	u.gen = f.Generation + 1
-	u.log.Info("connected to predecessor", zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid), zap.Uint64("generation", u.gen))
+	u.log.Info("connected to predecessor", zap.String("event", "handoff.connected"), zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid), zap.Uint64("generation", u.gen))
 	socks, err := u.receive(c)
 	if err != nil {
 		return err
@@ -103,7 +103,7 @@ func (u *Upgrader) inherit(nc *net.UnixConn) (err error) {
 		u.inh[s.info.Name] = s
 	}
 	u.pred = c
-	u.log.Info("received sockets", zap.Int("count", len(socks)), zap.Duration("took", time.Since(start)))
+	u.log.Info("received sockets", zap.String("event", "handoff.received"), zap.Int("count", len(socks)), zap.Duration("took", time.Since(start)))
 	return nil
 }
 
@@ -151,7 +151,7 @@ func (u *Upgrader) receive(c *conn) (socks []*socket, err error) {
 	socks = make([]*socket, len(offer))
 	for i := range offer {
 		socks[i] = &socket{info: offer[i], fd: fds[i], digest: digests[i]}
-		u.log.Debug("validated", zap.String("name", offer[i].Name), zap.String("kind", offer[i].Kind), zap.String("address", offer[i].Address))
+		u.log.Debug("validated", zap.String("event", "handoff.validated"), zap.String("name", offer[i].Name), zap.String("kind", offer[i].Kind), zap.String("address", offer[i].Address))
 	}
 	return socks, nil
 }

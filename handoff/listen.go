@@ -138,7 +138,7 @@ func (u *Upgrader) claim(name, kind, network, address string) (*socket, error) {
 	}
 	want, ok := wantAddr(network, address)
 	if s.info.Kind != kind || !ok || !sameAddr(want, s.info.Address) {
-		u.log.Info("inherited socket does not match; listening fresh", zap.String("name", name),
+		u.log.Info("inherited socket does not match; listening fresh", zap.String("event", "handoff.listen.mismatch"), zap.String("name", name),
 			zap.String("inherited", s.info.Network+" "+s.info.Address), zap.String("asked", network+" "+address))
 		return nil, nil
 	}
@@ -155,7 +155,7 @@ func (u *Upgrader) adopt(s *socket, network string) (*obtained, error) {
 				closeFDs([]int{s.fd})
 				return nil, err
 			}
-			u.log.Warn("inherited socket's options differ from Config.Listen", zap.String("name", s.info.Name), zap.Error(err))
+			u.log.Warn("inherited socket's options differ from Config.Listen", zap.String("event", "handoff.listen.options"), zap.String("name", s.info.Name), zap.Error(err))
 		}
 	}
 	fd, err := unix.FcntlInt(uintptr(s.fd), unix.F_DUPFD_CLOEXEC, 0)
@@ -163,7 +163,7 @@ func (u *Upgrader) adopt(s *socket, network string) (*obtained, error) {
 		closeFDs([]int{s.fd})
 		return nil, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
 	}
-	u.log.Info("inherited", zap.String("name", s.info.Name), zap.String("address", s.info.Address))
+	u.log.Info("inherited", zap.String("event", "handoff.listen.inherited"), zap.String("name", s.info.Name), zap.String("address", s.info.Address))
 	return &obtained{file: os.NewFile(uintptr(fd), s.info.Name)}, nil
 }
 
@@ -181,7 +181,7 @@ func (u *Upgrader) activated(name, kind, network, address string) (*socket, *obt
 		f.Close()
 		return nil, nil, err
 	}
-	u.log.Info("from systemd", zap.String("name", name), zap.String("network", network), zap.String("address", address))
+	u.log.Info("from systemd", zap.String("event", "handoff.listen.systemd"), zap.String("name", name), zap.String("network", network), zap.String("address", address))
 	return &socket{info: socketInfo{Name: name, Kind: kind, Network: network}, fd: fd}, &obtained{file: f}, nil
 }
 
@@ -214,7 +214,7 @@ func (u *Upgrader) fresh(ctx context.Context, name, kind, network, address strin
 		c.(interface{ Close() error }).Close()
 		return nil, nil, err
 	}
-	u.log.Info("listening fresh", zap.String("name", name), zap.String("network", network), zap.String("address", address))
+	u.log.Info("listening fresh", zap.String("event", "handoff.listen.fresh"), zap.String("name", name), zap.String("network", network), zap.String("address", address))
 	return &socket{info: socketInfo{Name: name, Kind: kind, Network: network}, fd: fd}, out, nil
 }
 

@@ -30,7 +30,7 @@ func (u *Upgrader) Ready() error {
 	u.inh, u.pred = nil, nil
 	u.mu.Unlock()
 	for name, s := range inh {
-		u.log.Warn("inherited socket not claimed by Listen; closing it", zap.String("name", name), zap.String("address", s.info.Address))
+		u.log.Warn("inherited socket not claimed by Listen; closing it", zap.String("event", "handoff.unclaimed"), zap.String("name", name), zap.String("address", s.info.Address))
 		closeFDs([]int{s.fd})
 	}
 	s := &server{u: u, path: u.cfg.Path, conns: map[*conn]bool{}}
@@ -84,7 +84,7 @@ func (u *Upgrader) signal(pred *conn) error {
 	if err != nil {
 		return fmt.Errorf("waiting for done: %w", err)
 	}
-	u.log.Info("predecessor stopped", zap.Uint64("generation", u.gen), zap.Duration("took", time.Since(start)))
+	u.log.Info("predecessor stopped", zap.String("event", "handoff.predecessor_stopped"), zap.Uint64("generation", u.gen), zap.Duration("took", time.Since(start)))
 	return nil
 }
 
@@ -101,7 +101,7 @@ func (u *Upgrader) serve(s *server) error {
 	s.wg.Add(1)
 	go s.serve()
 	u.mu.Unlock()
-	u.log.Info("serving handoff socket", zap.Uint64("generation", u.gen))
+	u.log.Info("serving handoff socket", zap.String("event", "handoff.serving"), zap.Uint64("generation", u.gen))
 	if u.cfg.PIDFile != "" {
 		if err := writePIDFile(u.cfg.PIDFile); err != nil {
 			return u.opError(err)

@@ -94,7 +94,7 @@ func (s *server) handle(nc *net.UnixConn) {
 		err = s.converse(c, log)
 	}
 	if err != nil {
-		log.Warn("handoff refused or failed; still serving", zap.Error(err))
+		log.Warn("handoff refused or failed; still serving", zap.String("event", "handoff.failed"), zap.Error(err))
 		if _, remote := err.(*RemoteError); !remote && !predecessorGone(err) && !errors.Is(err, ErrHandoffInProgress) {
 			c.send(&frame{Type: typeError, Code: code(err), Message: err.Error()}, nil)
 		}
@@ -128,8 +128,18 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 		return ErrHandoffInProgress
 	}
 	defer s.busy.Store(false)
-	log.Info("successor connected")
-	if err := s.transfer(c, h, log); err != nil {
+	log.Info("successor connected", zap.String("event", "handoff.successor_connected"))
+	res := Result{From: s.u.gen, PID: f.PID}
+	start := time.Now()
+	err = s.transfer(c, h, log, &res)
+	res.Took = time.Since(start)
+	if err == nil {
+		res.To = s.u.gen + 1
+	}
+	if fn := s.u.cfg.OnHandoff; fn != nil {
+		fn(res, err)
+	}
+	if err != nil {
 		s.mu.Lock()
 		s.last, s.fails = err.Error(), s.fails+1
 		s.mu.Unlock()
@@ -139,7 +149,7 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 }
 
 // transfer sends hello, offer and fd batches, then waits for ready.
-func (s *server) transfer(c *conn, h *frame, log *zap.Logger) error {
+func (s *server) transfer(c *conn, h *frame, log *zap.Logger, res *Result) error {
 	start := time.Now()
 	if err := c.send(h, nil); err != nil {
 		return err
@@ -148,6 +158,7 @@ func (s *server) transfer(c *conn, h *frame, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	res.Sockets = len(socks)
 	infos := make([]socketInfo, len(socks))
 	for i, so := range socks {
 		infos[i] = so.info
@@ -178,7 +189,7 @@ func (s *server) transfer(c *conn, h *frame, log *zap.Logger) error {
 			return err
 		}
 	}
-	log.Info("sockets handed over; waiting for ready", zap.Int("count", len(socks)), zap.Duration("took", time.Since(start)))
+	log.Info("sockets handed over; waiting for ready", zap.String("event", "handoff.sent"), zap.Int("count", len(socks)), zap.Duration("took", time.Since(start)))
 	return s.awaitReady(c, log, start)
 }
 
@@ -204,7 +215,7 @@ func (s *server) awaitReady(c *conn, log *zap.Logger, start time.Time) error {
 	// even if it cannot read done.
 	err = c.send(&frame{Type: typeDone, Generation: r.Generation}, nil)
 	s.u.exitOne.Do(func() { close(s.u.exit) })
-	log.Info("successor ready; exit signalled", zap.Uint64("successor_generation", r.Generation), zap.Duration("took", time.Since(start)), zap.NamedError("done", err))
+	log.Info("successor ready; exit signalled", zap.String("event", "handoff.done"), zap.Uint64("successor_generation", r.Generation), zap.Duration("took", time.Since(start)), zap.NamedError("done", err))
 	return nil
 }
 

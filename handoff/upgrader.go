@@ -37,6 +37,12 @@ type Config struct {
 	PIDFile string
 	// Logger receives each step of a handoff; nil means no logging.
 	Logger *zap.Logger
+	// OnHandoff, if set, is called in the process handing its sockets over,
+	// once per successor that asked for them: with a nil error once the
+	// successor is ready (this process must then stop), else with why the
+	// handoff failed (this process keeps serving). It must not block; see
+	// stats.Hub.HandoffHook.
+	OnHandoff func(Result, error)
 }
 
 // Upgrader gives a process its listening sockets, from its predecessor or
@@ -109,12 +115,12 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 			return u, nil
 		}
 		u.fback = err
-		u.log.Warn("predecessor lost during handoff; starting fresh", zap.Error(err))
+		u.log.Warn("predecessor lost during handoff; starting fresh", zap.String("event", "handoff.fallback"), zap.Error(err))
 	}
 	if u.act, err = systemd.Activated(); err != nil {
 		return nil, u.opError(err)
 	}
-	u.log.Info("no predecessor", zap.Uint64("generation", u.gen), zap.Bool("systemd", u.act != nil))
+	u.log.Info("no predecessor", zap.String("event", "handoff.fresh"), zap.Uint64("generation", u.gen), zap.Bool("systemd", u.act != nil))
 	return u, nil
 }
 
