@@ -31,6 +31,10 @@ type Options struct {
 	// Logger receives the Report once per stop; nil means no logging.
 	// Nothing is logged on the accept path.
 	Logger *zap.Logger
+	// OnReport, if set, is called once per stop with the final report,
+	// after it is logged (for example stats.Hub.DrainHook). It must not
+	// block and must not change the report.
+	OnReport func(*Report)
 	// Steerer, if set, is told before the stop that this listener drains.
 	Steerer Steerer
 	// CloseTimeout bounds the stop run by Close, which has no context

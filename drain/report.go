@@ -81,7 +81,7 @@ func (r *Report) log(log *zap.Logger) {
 		return
 	}
 	fields := []zap.Field{
-		zap.String("addr", r.Addr), zap.String("method", string(r.Method)), zap.String("why", r.Why),
+		zap.String("event", "drain.done"), zap.String("addr", r.Addr), zap.String("method", string(r.Method)), zap.String("why", r.Why),
 		zap.Int("queued_at_stop", r.QueuedAtStop), zap.Int("migrated", r.Migrated),
 		zap.Int("accepted", r.Accepted), zap.Int("left_queued", r.LeftQueued), zap.Int("remainder", r.Remainder),
 		zap.Int("out_rsts", r.OutRsts), zap.Bool("estimated", r.Estimated), zap.Duration("took", r.Took),

@@ -46,6 +46,11 @@ type Server struct {
 	Listener Options
 	// Logger receives the report once per Shutdown; nil means no logging.
 	Logger *zap.Logger
+	// OnReport, if set, is called once per Shutdown with the report (HTTP
+	// included), after it is logged (for example stats.Hub.DrainHook). It
+	// must not block and must not change the report. Listener.OnReport is
+	// ignored, like Listener.Logger.
+	OnReport func(*Report)
 
 	setup    sync.Once
 	t        *tracker
@@ -96,7 +101,7 @@ func (s *Server) Serve(l net.Listener) error {
 	dl, ok := l.(*Listener)
 	if !ok {
 		opts := s.Listener
-		opts.Logger = nil
+		opts.Logger, opts.OnReport = nil, nil
 		var err error
 		if dl, err = Wrap(l, opts); err != nil {
 			l.Close()
@@ -151,6 +156,7 @@ func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 	s.draining.Store(true)
 	s.install()
 	h := &HTTPReport{InFlightAtStart: s.t.begin()}
+	s.logBegin(h)
 	errs := []error{s.delay(ctx)}
 	h.DelayTook = time.Since(start)
 
@@ -179,7 +185,26 @@ func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 	h.Took = time.Since(start)
 	r.HTTP = h
 	r.log(s.Logger)
+	if s.OnReport != nil {
+		s.OnReport(r)
+	}
 	return r, firstError(errs)
+}
+
+// logBegin logs that a Shutdown begins.
+func (s *Server) logBegin(h *HTTPReport) {
+	if s.Logger == nil {
+		return
+	}
+	s.mu.Lock()
+	l := s.l
+	s.mu.Unlock()
+	addr := ""
+	if l != nil {
+		addr = l.Addr().String()
+	}
+	s.Logger.Debug("drain begins", zap.String("event", "drain.begin"), zap.String("addr", addr),
+		zap.Int("in_flight_at_start", h.InFlightAtStart), zap.Duration("delay", s.Delay))
 }
 
 func (s *Server) delay(ctx context.Context) error {

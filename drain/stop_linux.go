@@ -23,6 +23,7 @@ const maxDrainAccepts = 1 << 16
 func (l *Listener) stop(ctx context.Context) {
 	l.once.Do(func() {
 		l.stopping.Store(true)
+		l.opts.Logger.Debug("drain begins", zap.String("event", "drain.begin"), zap.String("addr", l.tl.Addr().String()))
 		r, err := l.run(ctx)
 		l.report, l.err = r, err
 		close(l.done)
@@ -31,6 +32,9 @@ func (l *Listener) stop(ctx context.Context) {
 		l.mu.Unlock()
 		l.signal()
 		r.log(l.opts.Logger)
+		if f := l.opts.OnReport; f != nil {
+			f(r)
+		}
 	})
 }
 
