@@ -45,9 +45,9 @@ type Handoff struct {
 // failure otherwise.
 func HandoffOf(res handoff.Result, err error, took time.Duration) Handoff {
 	if err == nil {
-		return Handoff{From: res.From, To: res.To, PID: res.PID, Took: res.Took, Outcome: OutcomeSuccess}
+		return Handoff{From: res.From, To: res.To, PID: res.PID, Took: res.Took, Sockets: res.Sockets, Outcome: OutcomeSuccess}
 	}
-	ho := Handoff{Took: took, Outcome: OutcomeFailure, Reason: err.Error()}
+	ho := Handoff{From: res.From, PID: res.PID, Took: took, Sockets: res.Sockets, Outcome: OutcomeFailure, Reason: err.Error()}
 	var ue *handoff.UpgradeError
 	if errors.As(err, &ue) {
 		ho.From = ue.Generation

@@ -225,13 +225,13 @@ func TestHooks(t *testing.T) {
 	h.DrainHook("http")(report(drain.MethodAccept, 4, 0, 4, 0, time.Millisecond))
 	hook := h.HandoffHook()
 	hook(handoff.Result{From: 1, To: 2, Took: time.Second}, nil)
-	hook(handoff.Result{From: 2, Took: 2 * time.Minute}, fmt.Errorf("waiting for ready: %w", os.ErrDeadlineExceeded))
+	hook(handoff.Result{From: 2, Took: 2 * time.Minute, Sockets: 3}, fmt.Errorf("waiting for ready: %w", os.ErrDeadlineExceeded))
 	s := h.Totals()
 	if len(s.Drains) != 1 || s.Drains[0].Listener != "http" || s.Drains[0].Accepted != 4 {
 		t.Fatalf("drains %+v", s.Drains)
 	}
 	if len(s.Handoffs) != 2 || s.Handoffs[0].Outcome != OutcomeSuccess || s.Handoffs[1].Outcome != OutcomeTimeout ||
-		s.Handoffs[1].Duration.Sum != 120 || s.Generation != 2 {
+		s.Handoffs[1].Duration.Sum != 120 || s.Handoffs[1].Sockets != 3 || s.Generation != 2 {
 		t.Fatalf("handoffs %+v, generation %d", s.Handoffs, s.Generation)
 	}
 }

@@ -94,8 +94,8 @@ func TestDrainCounters(t *testing.T) {
 
 // drainQueue queues 20 clients at a listener A that does not accept, adds a
 // sibling B that answers, stops A through drain (A answers what the drain
-// accepted), records the report in hub and returns a collector of hub that
-// also watches the group.
+// accepted), with the report recorded in hub through drain.Options.OnReport,
+// and returns a collector of hub that also watches the group.
 func drainQueue(t *testing.T, hub *stats.Hub, by string) (*promstats.Collector, string) {
 	ctx := context.Background()
 	cfg := reuseport.Config{Migration: reuseport.MigrationIgnore}
@@ -104,7 +104,7 @@ func drainQueue(t *testing.T, hub *stats.Hub, by string) (*promstats.Collector, 
 		t.Fatal(err)
 	}
 	addr := a.Addr().String()
-	dl, err := drain.Wrap(a, drain.Options{})
+	dl, err := drain.Wrap(a, drain.Options{OnReport: hub.DrainHook("http")})
 	if err != nil {
 		a.Close()
 		t.Fatal(err)
@@ -126,6 +126,5 @@ func drainQueue(t *testing.T, hub *stats.Hub, by string) (*promstats.Collector, 
 	if got := answeredBy(cs); got[by] != 20 {
 		t.Fatalf("answered by %v (tally %v), want all 20 by %s", got, tally, by)
 	}
-	hub.RecordDrain("http", dl.Report())
 	return promstats.New(hub, promstats.Options{Groups: []promstats.Group{{Listener: "http", Addr: addr}}}), addr
 }

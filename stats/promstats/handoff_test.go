@@ -21,9 +21,9 @@ type generation struct {
 }
 
 // startGeneration obtains "http" through a new Upgrader on path and calls
-// Ready.
-func startGeneration(ctx context.Context, path string) (*generation, error) {
-	u, err := handoff.New(ctx, handoff.Config{Path: path, Listen: reuseport.Config{Migration: reuseport.MigrationIgnore}})
+// Ready. Handoffs from it are recorded in old.
+func startGeneration(ctx context.Context, path string, old *stats.Hub) (*generation, error) {
+	u, err := handoff.New(ctx, handoff.Config{Path: path, Listen: reuseport.Config{Migration: reuseport.MigrationIgnore}, OnHandoff: old.HandoffHook()})
 	if err != nil {
 		return nil, err
 	}
@@ -47,17 +47,19 @@ func (g *generation) close() {
 }
 
 // A real chain of handoffs (handoff.Upgrade, each new generation an
-// Upgrader in this process) recorded with RecordUpgrade moves the
-// generation gauge and the handoff histogram count by exactly N.
+// Upgrader in this process) moves the generation gauge and the handoff
+// histogram count by exactly N, seen by the trigger (RecordUpgrade) and by
+// the processes handing over (handoff.Config.OnHandoff), which also count
+// the sockets.
 func TestUpgradeChain(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 1}, func(t *testing.T) {
 		const n = 5
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		path := t.TempDir() + "/handoff.sock"
-		hub := new(stats.Hub)
+		hub, old := new(stats.Hub), new(stats.Hub)
 		c := promstats.New(hub, promstats.Options{})
-		cur, err := startGeneration(ctx, path)
+		cur, err := startGeneration(ctx, path, old)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +69,7 @@ func TestUpgradeChain(t *testing.T) {
 			begin := time.Now()
 			res, err := handoff.Upgrade(ctx, path, func() error {
 				go func() {
-					g, err := startGeneration(ctx, path)
+					g, err := startGeneration(ctx, path, old)
 					if err != nil {
 						t.Errorf("generation %d: %v", i+2, err)
 					}
@@ -105,8 +107,21 @@ zerodrop_generation %d
 # TYPE zerodrop_handoffs_total counter
 zerodrop_handoffs_total{outcome="success"} %d
 `, n+1, n), "zerodrop_generation", "zerodrop_handoffs_total")
-		if count, series := sampleCount(t, c, "zerodrop_handoff_duration_seconds"); count != n || series != 1 {
-			t.Fatalf("handoff histogram: %d samples in %d series, want %d, 1", count, series, n)
+		for _, c := range []*promstats.Collector{c, promstats.New(old, promstats.Options{})} {
+			if count, series := sampleCount(t, c, "zerodrop_handoff_duration_seconds"); count != n || series != 1 {
+				t.Fatalf("handoff histogram: %d samples in %d series, want %d, 1", count, series, n)
+			}
 		}
+		compare(t, promstats.New(old, promstats.Options{}), fmt.Sprintf(`
+# HELP zerodrop_generation Newest generation known to serve: this process, or its successor after a handoff (1 for the first, +1 per handoff).
+# TYPE zerodrop_generation gauge
+zerodrop_generation %[1]d
+# HELP zerodrop_handoffs_total Handoffs by outcome.
+# TYPE zerodrop_handoffs_total counter
+zerodrop_handoffs_total{outcome="success"} %[2]d
+# HELP zerodrop_handoff_sockets_total Sockets handed over.
+# TYPE zerodrop_handoff_sockets_total counter
+zerodrop_handoff_sockets_total{outcome="success"} %[2]d
+`, n+1, n), "zerodrop_generation", "zerodrop_handoffs_total", "zerodrop_handoff_sockets_total")
 	})
 }
