@@ -13,6 +13,7 @@
 //
 //	while true; do curl -s http://127.0.0.1:8080/; done   # "generation 1 worker 2 pid 4242"
 //	curl -s http://127.0.0.1:8080/ready                   # "ok" (503 from a worker that drains)
+//	curl -s http://127.0.0.1:8080/metrics                 # generation, group, kernel counters (stats/promstats)
 //	sudo kill -HUP $(pgrep -o workers)                    # the supervisor: rolling restart, generation 2
 //	sudo go run ./cmd/zerodrop doctor --port 8080         # the group, its queues, the sysctl
 //

@@ -14,6 +14,8 @@ import (
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/stats"
+	"github.com/zerodrop/zerodrop/stats/promstats"
 	"go.uber.org/zap"
 )
 
@@ -71,7 +73,14 @@ func workerMain() int {
 	fmt.Fprintln(ready, "ready")
 	ready.Close()
 
-	if err := serve(ctx, ln, handler(gen, slot, work), grace, log); err != nil {
+	// /metrics: this worker's generation, its reuseport group and the
+	// namespace's migration and reset counters (package stats/promstats).
+	hub := new(stats.Hub)
+	hub.SetGeneration(uint64(gen))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promstats.Handler(hub, promstats.Options{Groups: []promstats.Group{{Listener: "http", Addr: ln.Addr().String()}}}))
+	mux.Handle("/", handler(gen, slot, work))
+	if err := serve(ctx, ln, mux, grace, log); err != nil {
 		log.Error("serve", zap.Error(err))
 		return 1
 	}
