@@ -127,25 +127,25 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 		c.send(&frame{Type: typeError, Code: codeInProgress, Message: ErrHandoffInProgress.Error()}, nil)
 		return ErrHandoffInProgress
 	}
-	defer s.busy.Store(false)
 	log.Info("successor connected", zap.String("event", "handoff.successor_connected"))
 	res := Result{From: s.u.gen, PID: f.PID}
 	start := time.Now()
 	err = s.transfer(c, h, log, &res)
 	res.Took = time.Since(start)
-	if err == nil {
+	// Free the slot before a failure becomes observable, so that a successor
+	// started after Observe reports the failure is not told "in progress".
+	s.mu.Lock()
+	s.busy.Store(false)
+	if err != nil {
+		s.last, s.fails = err.Error(), s.fails+1
+	} else {
 		res.To = s.u.gen + 1
 	}
+	s.mu.Unlock()
 	if fn := s.u.cfg.OnHandoff; fn != nil {
 		fn(res, err)
 	}
-	if err != nil {
-		s.mu.Lock()
-		s.last, s.fails = err.Error(), s.fails+1
-		s.mu.Unlock()
-		return err
-	}
-	return nil
+	return err
 }
 
 // transfer sends hello, offer and fd batches, then waits for ready.
