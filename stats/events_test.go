@@ -20,7 +20,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// documented is one row of the table in EVENTS.md.
+// documented is one row of the event table in the README.
 type documented struct {
 	level    string
 	required []string // fields before the first ';' of the fields cell
@@ -29,21 +29,26 @@ type documented struct {
 
 var backticked = regexp.MustCompile("`([a-z_.]+)`")
 
-// readEvents parses the event table of EVENTS.md.
+// readEvents parses the table of the README's "Log events" section.
 func readEvents(t *testing.T) map[string]documented {
 	t.Helper()
-	b, err := os.ReadFile("EVENTS.md")
+	b, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, section, ok := strings.Cut(string(b), "\n## Log events\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Log events" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
 	out := map[string]documented{}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(section, "\n") {
 		if !strings.HasPrefix(line, "| `") {
 			continue
 		}
 		cells := strings.Split(line, " | ")
 		if len(cells) != 5 {
-			t.Fatalf("EVENTS.md row with %d cells: %s", len(cells), line)
+			t.Fatalf("README event row with %d cells: %s", len(cells), line)
 		}
 		name := strings.Trim(cells[0], "|` ")
 		req, opt, _ := strings.Cut(cells[4], ";")
@@ -57,7 +62,7 @@ func readEvents(t *testing.T) map[string]documented {
 		out[name] = d
 	}
 	if len(out) == 0 {
-		t.Fatal("no event table in EVENTS.md")
+		t.Fatal("no event table in README.md")
 	}
 	return out
 }
@@ -67,7 +72,7 @@ var notTriggered = []string{"handoff.fallback", "handoff.listen.mismatch", "hand
 
 // Every step of a drain (listener and HTTP server) and of a handoff (both
 // sides, with an unclaimed socket and a refused peer) logs an event of the
-// table in EVENTS.md, at its level, with its fields and no other.
+// table in the README, at its level, with its fields and no other.
 func TestEvents(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 1}, func(t *testing.T) {
 		doc := readEvents(t)
@@ -111,7 +116,7 @@ func checkEntry(t *testing.T, doc map[string]documented, e observer.LoggedEntry)
 	name, _ := fields["event"].(string)
 	d, ok := doc[name]
 	if !ok {
-		t.Errorf("%q logged with event %q, not in EVENTS.md (fields %v)", e.Message, name, fields)
+		t.Errorf("%q logged with event %q, not in the README (fields %v)", e.Message, name, fields)
 		return
 	}
 	if lvl := e.Level.String(); lvl != d.level && !(name == "drain.done" && lvl == "warn") {
