@@ -12,6 +12,7 @@
 //	while true; do curl -s http://127.0.0.1:8080/; done  # "generation 1 pid 4242"
 //	curl -si http://127.0.0.1:8080/ | grep X-Generation  # the generation, as a header
 //	curl -s http://127.0.0.1:8080/ready                   # 200 "ok"; 503 while draining
+//	curl -s http://127.0.0.1:8080/metrics                 # zerodrop_generation, drains, handoffs, kernel counters
 //	go build -o /tmp/upgrade ./examples/upgrade           # a new binary (optional)
 //	kill -HUP $(cat /tmp/zerodrop-upgrade-$(id -u)/upgrade.pid)  # generation 2
 //

@@ -18,6 +18,8 @@ import (
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/handoff"
+	"github.com/zerodrop/zerodrop/stats"
+	"github.com/zerodrop/zerodrop/stats/promstats"
 )
 
 // config is the command line.
@@ -70,9 +72,11 @@ func run(ctx context.Context, c *config, hup <-chan os.Signal, out io.Writer) er
 	if err := os.MkdirAll(filepath.Dir(c.socket), 0o700); err != nil {
 		return err
 	}
+	hub := new(stats.Hub) // served on /metrics
 	u, err := handoff.New(ctx, handoff.Config{
-		Path:    c.socket,
-		PIDFile: filepath.Join(filepath.Dir(c.socket), "upgrade.pid"),
+		Path:      c.socket,
+		PIDFile:   filepath.Join(filepath.Dir(c.socket), "upgrade.pid"),
+		OnHandoff: hub.HandoffHook(),
 	})
 	if err != nil {
 		return err
@@ -83,7 +87,8 @@ func run(ctx context.Context, c *config, hup <-chan os.Signal, out io.Writer) er
 	if err != nil {
 		return err
 	}
-	srv := newServer(gen)
+	hub.SetGeneration(gen)
+	srv := newServer(gen, hub, promstats.Options{Groups: []promstats.Group{{Listener: "http", Addr: ln.Addr().String()}}})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }() // takes ownership of ln
 	if err := u.Ready(); err != nil {
@@ -108,13 +113,15 @@ func run(ctx context.Context, c *config, hup <-chan os.Signal, out io.Writer) er
 	}
 }
 
-// newServer answers every request with its generation and pid, and /ready
-// with the drain's readiness.
-func newServer(gen uint64) *drain.Server {
-	srv := &drain.Server{HTTP: &http.Server{ReadHeaderTimeout: 10 * time.Second}}
+// newServer answers every request with its generation and pid, /ready with
+// the drain's readiness and /metrics with hub (its drains and handoffs, the
+// generation), the kernel counters and the listener's group.
+func newServer(gen uint64, hub *stats.Hub, metrics promstats.Options) *drain.Server {
+	srv := &drain.Server{HTTP: &http.Server{ReadHeaderTimeout: 10 * time.Second}, OnReport: hub.DrainHook("http")}
 	g, pid := strconv.FormatUint(gen, 10), strconv.Itoa(os.Getpid())
 	mux := http.NewServeMux()
 	mux.Handle("/ready", srv.Ready())
+	mux.Handle("/metrics", promstats.Handler(hub, metrics))
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("X-Generation", g)
 		w.Header().Set("X-PID", pid)

@@ -20,8 +20,8 @@ import (
 
 // The built example upgraded three times by SIGHUP under a closed-loop load
 // (a new connection per request): no request fails, the generation goes from
-// 1 to 4, every old generation exits 0 and exactly one server process is left,
-// which the test stops with SIGTERM.
+// 1 to 4 (as X-Generation and /metrics report it), every old generation exits
+// 0 and exactly one server process is left, which the test stops with SIGTERM.
 func TestUpgrade(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
 		bin := build(t)
@@ -54,6 +54,9 @@ func TestUpgrade(t *testing.T) {
 			if gen, err := fetch(url); err != nil || gen != 4 {
 				t.Fatalf("request %d after the last upgrade: generation %d, %v; want 4", i, gen, err)
 			}
+		}
+		if body := metrics(t, "http://127.0.0.1:8080/metrics"); !strings.Contains(body, "\nzerodrop_generation 4\n") {
+			t.Errorf("/metrics after the last upgrade has no line \"zerodrop_generation 4\":\n%s", body)
 		}
 		for _, pid := range pids[:3] {
 			if ws := s.reap(t, pid, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
@@ -113,6 +116,21 @@ func status(t *testing.T, url string) int {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// metrics does a GET of /metrics, wants 200 and returns the body.
+func metrics(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %v; want 200", url, resp.Status, err)
+	}
+	return string(body)
 }
 
 var client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
