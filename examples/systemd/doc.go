@@ -6,6 +6,7 @@
 //	systemd-socket-activate -l 127.0.0.1:8080 --fdname=http \
 //	    ./systemd -name http -ignore-options SO_REUSEPORT   # try it by hand
 //	curl 127.0.0.1:8080/                                     # generation 1 pid N inode I
+//	curl 127.0.0.1:8080/metrics                              # zerodrop_generation, drains, handoffs, kernel counters
 //
 // # What it does
 //

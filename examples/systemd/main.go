@@ -19,6 +19,8 @@ import (
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/stats"
+	"github.com/zerodrop/zerodrop/stats/promstats"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,7 +66,8 @@ func main() {
 // run serves until ctx ends, then drains. With -socket, each value from hup
 // starts a successor, and once it serves this process drains and returns.
 func run(ctx context.Context, c *config, hup <-chan os.Signal, out io.Writer) error {
-	u, err := newUpgrader(ctx, c)
+	hub := new(stats.Hub) // served on /metrics
+	u, err := newUpgrader(ctx, c, hub)
 	if err != nil {
 		return err
 	}
@@ -76,6 +79,7 @@ func run(ctx context.Context, c *config, hup <-chan os.Signal, out io.Writer) er
 		return err
 	}
 	gen := c.generation - 1 + int(generationOf(u))
+	hub.SetGeneration(uint64(gen))
 	n := systemd.FromEnv() // nil outside systemd: notifications are no-ops
 	if c.store {
 		if err := n.Store(c.name, l.(syscall.Conn)); err != nil {
@@ -88,8 +92,9 @@ func run(ctx context.Context, c *config, hup <-chan os.Signal, out io.Writer) er
 		l.Close()
 		return err
 	}
-	srv := &drain.Server{HTTP: &http.Server{ReadHeaderTimeout: 10 * time.Second}}
+	srv := &drain.Server{HTTP: &http.Server{ReadHeaderTimeout: 10 * time.Second}, OnReport: hub.DrainHook(c.name)}
 	mux := http.NewServeMux()
+	mux.Handle("/metrics", promstats.Handler(hub, promstats.Options{Groups: []promstats.Group{{Listener: c.name, Addr: l.Addr().String()}}}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "generation %d pid %d inode %d\n", gen, os.Getpid(), ino)
 	})

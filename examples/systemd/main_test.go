@@ -155,6 +155,9 @@ func TestSocketActivated(t *testing.T) {
 		if got := get(t, addr); got != want {
 			t.Fatalf("GET / = %q, want %q (the activator bound inode %d)", got, want, bound.Inode)
 		}
+		if body := metrics(t, addr); !strings.Contains(body, "\nzerodrop_generation 7\n") {
+			t.Errorf("/metrics has no line \"zerodrop_generation 7\" (-generation 7):\n%s", body)
+		}
 		out := stdout(p)
 		if got, want := out.next(t), fmt.Sprintf("generation 7 serving %s (from systemd, inode %d)", addr, bound.Inode); got != want {
 			t.Fatalf("server said %q, want %q", got, want)

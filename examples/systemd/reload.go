@@ -15,17 +15,19 @@ import (
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/stats"
 )
 
 // newUpgrader connects to the predecessor serving -socket, if any; it returns
 // nil without -socket (no reload). An inherited socket whose options differ
 // from reuseport's defaults is refused, unless -ignore-options accepted a
-// difference at the first start.
-func newUpgrader(ctx context.Context, c *config) (*handoff.Upgrader, error) {
+// difference at the first start. Each handoff to a successor is recorded in
+// hub (whose generation is then the handoff's, without -generation's offset).
+func newUpgrader(ctx context.Context, c *config, hub *stats.Hub) (*handoff.Upgrader, error) {
 	if c.socket == "" {
 		return nil, nil
 	}
-	return handoff.New(ctx, handoff.Config{Path: c.socket, WarnOnMismatch: c.ignore != ""})
+	return handoff.New(ctx, handoff.Config{Path: c.socket, WarnOnMismatch: c.ignore != "", OnHandoff: hub.HandoffHook()})
 }
 
 // generationOf is the handoff generation: 1 for the first process, or without

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -24,7 +26,8 @@ import (
 // request. It exits 0 once generation 2 serves; systemd hears RELOADING=1
 // (with MONOTONIC_USEC) from the old process, then from the new one the same
 // socket stored, MAINPID=<new pid> and READY=1; no request fails; the old
-// process drains and exits 0; the new one stops on SIGTERM.
+// process drains and exits 0; the new one's /metrics says zerodrop_generation 2,
+// and it stops on SIGTERM.
 func TestReload(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
 		bin, zd := build(t, ".", "zerodrop-example"), build(t, "../../cmd/zerodrop", "zerodrop")
@@ -73,12 +76,31 @@ func TestReload(t *testing.T) {
 		if q := onlyListener(t, portOf(t, addr)); q.Inode != ino {
 			t.Errorf("listener inode %d after the reload, want %d", q.Inode, ino)
 		}
+		if body := metrics(t, addr); !strings.Contains(body, "\nzerodrop_generation 2\n") {
+			t.Errorf("/metrics of generation 2 has no line \"zerodrop_generation 2\":\n%s", body)
+		}
 		syscall.Kill(res.PID, syscall.SIGTERM)
 		sd.expect(t, "STOPPING=1\nSTATUS=generation 2 draining")
 		if ws := s.reap(t, res.PID, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
 			t.Errorf("generation 2 after SIGTERM: %v, want exit 0", ws)
 		}
 	})
+}
+
+// metrics GETs /metrics on addr, wants 200 and returns the body.
+func metrics(t *testing.T, addr string) string {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics on %s: %d %v, want 200", addr, resp.StatusCode, err)
+	}
+	return string(b)
 }
 
 // upgradeResult is what "zerodrop upgrade --json" prints.
