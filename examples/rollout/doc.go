@@ -3,6 +3,7 @@
 //
 //	go run ./examples/rollout                 # as root, or with user namespaces
 //	go run ./examples/rollout --json          # one JSON object
+//	go run ./examples/rollout --metrics       # and each strategy's zerodrop_ metrics
 //	go run ./examples/rollout --duration 20s --concurrency 256 --restarts 27
 //
 // # What it does
@@ -62,6 +63,13 @@
 // The --json object has a strategies array whose items hold name, restarts,
 // requests, failed, failed_by_class, queue_lost, p99_ms_steady,
 // p99_ms_restart, the kernel counter deltas, and each stop's report.
+//
+// With --metrics the workers serve /metrics (package stats/promstats: their
+// generation, the reuseport group, the namespace's kernel counters), and
+// after each strategy's last restart the runner scrapes one server (the one
+// the group picks for a new connection): the table is followed by its
+// zerodrop_ samples, and --json items get them as a metrics object (sample
+// name with labels to value).
 //
 // # Requirements
 //

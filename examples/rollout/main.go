@@ -40,6 +40,7 @@ type config struct {
 	Restarts    int           `json:"restarts"`
 	Strategies  []string      `json:"strategies"`
 	JSON        bool          `json:"-"`
+	Metrics     bool          `json:"-"`
 	Timeout     time.Duration `json:"timeout_ms"`
 }
 
@@ -84,6 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.Timeout, "timeout", 2*time.Second, "bound on each request, connect included")
 	list := fs.String("strategies", strings.Join(defaultStrategies(), ","), "comma-separated strategies: "+strings.Join(strategyNames(), ", "))
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON object instead of the table")
+	fs.BoolVar(&cfg.Metrics, "metrics", false, "after each strategy, scrape one server's /metrics and print its zerodrop_ samples (in --json: metrics)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: go run ./examples/rollout [flags]\n\n%s\n\nflags:\n", usageText)
 		fs.PrintDefaults()

@@ -55,6 +55,9 @@ type outcome struct {
 	Marks       []load.Event          `json:"marks,omitempty"`
 	Errors      []string              `json:"errors,omitempty"`
 	Skipped     string                `json:"skipped,omitempty"` // why it did not run
+	// Metrics are the zerodrop_ samples of one server's /metrics, scraped
+	// after the last restart (--metrics), by name with labels.
+	Metrics map[string]string `json:"metrics,omitempty"`
 }
 
 // drainTotals adds up the drain reports of the restarts.
@@ -147,6 +150,7 @@ func writeTable(w io.Writer, s *summary) error {
 		return err
 	}
 	fmt.Fprint(w, tableNotes)
+	writeMetrics(w, s)
 	for _, o := range s.Strategies {
 		if o.Skipped != "" {
 			fmt.Fprintf(w, "%s: skipped: %s\n", o.Name, o.Skipped)

@@ -115,6 +115,9 @@ func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, bpf b
 		envStrategy + "=" + s.name, envAddr + "=" + addr, envHandoff + "=" + filepath.Join(dir, "handoff.sock"),
 		envBPF + "=" + bpf.dir,
 	}}
+	if cfg.Metrics {
+		f.env = append(f.env, envMetrics+"=1")
+	}
 	defer f.kill()
 	if err := f.start(o.Workers); err != nil {
 		o.Errors = append(o.Errors, "start: "+err.Error())
@@ -131,6 +134,11 @@ func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, bpf b
 		o.Errors = append(o.Errors, err.Error())
 	}
 	o.Kernel = kernel
+	if cfg.Metrics && err == nil {
+		if o.Metrics, err = scrape(ctx, "http://"+addr+"/metrics"); err != nil {
+			o.Errors = append(o.Errors, err.Error())
+		}
+	}
 	if err := f.stop(); err != nil {
 		o.Errors = append(o.Errors, err.Error())
 	}

@@ -145,5 +145,5 @@ func handler(gen int) http.Handler {
 
 // newServer is the http.Server every strategy uses.
 func newServer(gen int) *http.Server {
-	return &http.Server{Handler: handler(gen), ReadHeaderTimeout: 5 * time.Second}
+	return &http.Server{Handler: withMetrics(gen, handler(gen)), ReadHeaderTimeout: 5 * time.Second}
 }
