@@ -81,7 +81,7 @@ func runChildMain() {
 // namespace, and makes this process the reaper of its orphans (tableflip's
 // upgraded processes).
 func setupNamespace(migrateReq int) error {
-	if err := linkUp("lo"); err != nil {
+	if err := linux.LinkUp("lo"); err != nil {
 		return fmt.Errorf("bring up lo: %w", err)
 	}
 	if err := linux.WriteSysctl(linux.MigrateReq, strconv.Itoa(migrateReq)); err != nil {
@@ -96,26 +96,6 @@ func setupNamespace(migrateReq int) error {
 	return nil
 }
 
-// linkUp sets IFF_UP on an interface of the current namespace.
-func linkUp(name string) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return os.NewSyscallError("socket", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return os.NewSyscallError("ioctl SIOCGIFFLAGS", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return os.NewSyscallError("ioctl SIOCSIFFLAGS", err)
-	}
-	return nil
-}
 
 // mountBPF mounts a bpf filesystem in dir/bpf, in the run child's own mount
 // namespace, after making every mount there private so that nothing
