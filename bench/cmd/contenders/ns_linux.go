@@ -96,7 +96,6 @@ func setupNamespace(migrateReq int) error {
 	return nil
 }
 
-
 // mountBPF mounts a bpf filesystem in dir/bpf, in the run child's own mount
 // namespace, after making every mount there private so that nothing
 // propagates to the machine's; it all vanishes with the namespace.
