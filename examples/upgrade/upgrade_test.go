@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,22 +30,22 @@ func TestUpgrade(t *testing.T) {
 		pids := []int{s.serving(t, 1)}
 		const url = "http://127.0.0.1:8080/"
 		l := startLoad(t, url, 8)
-		l.waitFor(t, 1, 50)
+		l.WaitFor(t, 1, 50)
 		for gen := 2; gen <= 4; gen++ {
 			if err := syscall.Kill(pids[len(pids)-1], syscall.SIGHUP); err != nil {
 				t.Fatal(err)
 			}
 			pids = append(pids, s.serving(t, gen))
 			s.expect(t, fmt.Sprintf("generation %d stopped: release", gen-1))
-			l.waitFor(t, gen, 50)
+			l.WaitFor(t, gen, 50)
 		}
-		res := l.stop()
-		t.Logf("requests by generation %v, failed %v", res.byGen, res.failed)
-		if len(res.failed) != 0 {
-			t.Errorf("failed requests %v, want none", res.failed)
+		res := l.Stop()
+		t.Logf("requests by generation %v, failed %v", res.ByGen, res.Failed)
+		if len(res.Failed) != 0 {
+			t.Errorf("failed requests %v, want none", res.Failed)
 		}
 		for g := 1; g <= 4; g++ {
-			if res.byGen[g] == 0 {
+			if res.ByGen[g] == 0 {
 				t.Errorf("generation %d answered no request", g)
 			}
 		}
@@ -137,92 +136,12 @@ var client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 
 // fetch does one request on a new connection and returns the generation that
 // answered.
-func fetch(url string) (int, error) {
-	resp, err := client.Get(url)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("status %s", resp.Status)
-	}
-	return strconv.Atoi(resp.Header.Get("X-Generation"))
-}
-
-// load is a closed loop of clients, each opening a new connection per request.
-type load struct {
-	mu     sync.Mutex
-	byGen  map[int]int
-	failed map[string]int // by outcome class and error
-	quit   chan struct{}
-	once   sync.Once
-	wg     sync.WaitGroup
-}
+func fetch(url string) (int, error) { return netnstest.FetchGeneration(client, url) }
 
 // startLoad runs n clients until stop, for at most 3 minutes and 1e6 requests
 // each.
-func startLoad(t *testing.T, url string, n int) *load {
-	l := &load{byGen: map[int]int{}, failed: map[string]int{}, quit: make(chan struct{})}
-	deadline := time.Now().Add(3 * time.Minute)
-	for range n {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			for i := 0; i < 1e6 && time.Now().Before(deadline); i++ {
-				select {
-				case <-l.quit:
-					return
-				default:
-				}
-				gen, err := fetch(url)
-				l.mu.Lock()
-				if err != nil {
-					l.failed[netnstest.Classify(err).String()+": "+err.Error()]++
-				} else {
-					l.byGen[gen]++
-				}
-				l.mu.Unlock()
-			}
-		}()
-	}
-	t.Cleanup(func() { l.stop() })
-	return l
-}
-
-// waitFor waits up to 60 s until generation gen has answered n requests.
-func (l *load) waitFor(t *testing.T, gen, n int) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		l.mu.Lock()
-		got := l.byGen[gen]
-		l.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("generation %d answered %d requests in 60 s, want %d", gen, got, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-type result struct {
-	byGen  map[int]int
-	failed map[string]int
-}
-
-// stop ends the load (once) and returns the counts.
-func (l *load) stop() result {
-	l.once.Do(func() { close(l.quit) })
-	l.wg.Wait()
-	client.CloseIdleConnections()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return result{byGen: l.byGen, failed: l.failed}
+func startLoad(t *testing.T, url string, n int) *netnstest.GenLoad {
+	return netnstest.StartGenLoad(t, client, url, n, 3*time.Minute)
 }
 
 func TestParseFlags(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,17 +50,17 @@ func TestRollingRestart(t *testing.T) {
 			t.Fatalf("tcp_migrate_req = %q, %v; want 1 (set by MigrationEnable)", v, err)
 		}
 		l := startLoad(t, "http://127.0.0.1:8080/", 8)
-		l.waitFor(t, 1, 50)
+		l.WaitFor(t, 1, 50)
 		var last string
 		for gen := 2; gen <= 3; gen++ {
 			p.Signal(syscall.SIGHUP)
 			last = expect(t, events, fmt.Sprintf("rolled to generation %d: 3 workers", gen))
-			l.waitFor(t, gen, 50)
+			l.WaitFor(t, gen, 50)
 		}
-		res := l.stop()
-		t.Logf("requests by generation %v, failed %v", res.byGen, res.failed)
-		if len(res.failed) != 0 {
-			t.Errorf("failed requests %v, want none", res.failed)
+		res := l.Stop()
+		t.Logf("requests by generation %v, failed %v", res.ByGen, res.Failed)
+		if len(res.Failed) != 0 {
+			t.Errorf("failed requests %v, want none", res.Failed)
 		}
 		for i := range 20 {
 			if gen := get(t, "http://127.0.0.1:8080/"); gen != 3 {
@@ -140,96 +139,12 @@ func get(t *testing.T, url string) int {
 	return gen
 }
 
-func fetch(url string) (int, error) {
-	resp, err := client.Get(url)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("status %s", resp.Status)
-	}
-	return strconv.Atoi(resp.Header.Get("X-Generation"))
-}
-
-// load is a closed loop of clients, each opening a new connection per request.
-type load struct {
-	mu     sync.Mutex
-	byGen  map[int]int
-	failed map[string]int // by outcome class
-	quit   chan struct{}
-	wg     sync.WaitGroup
-}
+func fetch(url string) (int, error) { return netnstest.FetchGeneration(client, url) }
 
 // startLoad runs n clients until stop, for at most 2 minutes and 1e6 requests
 // each.
-func startLoad(t *testing.T, url string, n int) *load {
-	l := &load{byGen: map[int]int{}, failed: map[string]int{}, quit: make(chan struct{})}
-	deadline := time.Now().Add(2 * time.Minute)
-	for range n {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			for i := 0; i < 1e6 && time.Now().Before(deadline); i++ {
-				select {
-				case <-l.quit:
-					return
-				default:
-				}
-				gen, err := fetch(url)
-				l.mu.Lock()
-				if err != nil {
-					l.failed[netnstest.Classify(err).String()+": "+err.Error()]++
-				} else {
-					l.byGen[gen]++
-				}
-				l.mu.Unlock()
-			}
-		}()
-	}
-	t.Cleanup(func() { l.stop() })
-	return l
-}
-
-// waitFor waits up to 60 s until generation gen has answered n requests.
-func (l *load) waitFor(t *testing.T, gen, n int) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		l.mu.Lock()
-		got := l.byGen[gen]
-		l.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("generation %d answered %d requests in 60 s, want %d", gen, got, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-type result struct {
-	byGen  map[int]int
-	failed map[string]int
-}
-
-// stop ends the load (once) and returns the counts.
-func (l *load) stop() result {
-	l.mu.Lock()
-	select {
-	case <-l.quit:
-	default:
-		close(l.quit)
-	}
-	l.mu.Unlock()
-	l.wg.Wait()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return result{byGen: l.byGen, failed: l.failed}
+func startLoad(t *testing.T, url string, n int) *netnstest.GenLoad {
+	return netnstest.StartGenLoad(t, client, url, n, 2*time.Minute)
 }
 
 func TestParseFlags(t *testing.T) {
