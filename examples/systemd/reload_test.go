@@ -37,7 +37,7 @@ func TestReload(t *testing.T) {
 		addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 		s := startServer(t, bin, []string{"NOTIFY_SOCKET=" + sd.addr},
 			"-store", "-addr", addr, "-socket", sock, "-grace", "20s")
-		pid1 := s.cmd.Process.Pid
+		pid1 := s.Cmd.Process.Pid
 		ino := expectStored(t, sd)
 		sd.expect(t, fmt.Sprintf("READY=1\nSTATUS=generation 1 serving %s (listened, inode %d)", addr, ino))
 		l := startLoad(t, "http://"+addr+"/", 8)
@@ -66,11 +66,11 @@ func TestReload(t *testing.T) {
 			t.Errorf("failed requests %v, want none", failed)
 		}
 
-		s.expect(t, "generation 1: successor ready, draining")
-		if ws := s.reap(t, pid1, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
+		s.Expect(t, "generation 1: successor ready, draining")
+		if ws := s.Reap(t, pid1, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
 			t.Errorf("generation 1: %v, want exit 0", ws)
 		}
-		if got := s.running(); len(got) != 1 || got[0] != res.PID {
+		if got := s.Running(); len(got) != 1 || got[0] != res.PID {
 			t.Errorf("server processes %v, want only generation 2's %d", got, res.PID)
 		}
 		if q := onlyListener(t, portOf(t, addr)); q.Inode != ino {
@@ -81,7 +81,7 @@ func TestReload(t *testing.T) {
 		}
 		syscall.Kill(res.PID, syscall.SIGTERM)
 		sd.expect(t, "STOPPING=1\nSTATUS=generation 2 draining")
-		if ws := s.reap(t, res.PID, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
+		if ws := s.Reap(t, res.PID, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
 			t.Errorf("generation 2 after SIGTERM: %v, want exit 0", ws)
 		}
 	})

@@ -36,7 +36,7 @@ func TestUpgrade(t *testing.T) {
 				t.Fatal(err)
 			}
 			pids = append(pids, s.serving(t, gen))
-			s.expect(t, fmt.Sprintf("generation %d stopped: release", gen-1))
+			s.Expect(t, fmt.Sprintf("generation %d stopped: release", gen-1))
 			l.WaitFor(t, gen, 50)
 		}
 		res := l.Stop()
@@ -58,18 +58,18 @@ func TestUpgrade(t *testing.T) {
 			t.Errorf("/metrics after the last upgrade has no line \"zerodrop_generation 4\":\n%s", body)
 		}
 		for _, pid := range pids[:3] {
-			if ws := s.reap(t, pid, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
+			if ws := s.Reap(t, pid, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
 				t.Errorf("old generation pid %d: %v, want exit 0", pid, ws)
 			}
 		}
-		if got := s.running(); len(got) != 1 || got[0] != pids[3] {
+		if got := s.Running(); len(got) != 1 || got[0] != pids[3] {
 			t.Errorf("server processes %v, want only generation 4's %d", got, pids[3])
 		}
 		if pid, err := os.ReadFile(filepath.Join(filepath.Dir(sock), "upgrade.pid")); err != nil || strings.TrimSpace(string(pid)) != strconv.Itoa(pids[3]) {
 			t.Errorf("upgrade.pid = %q, %v; want %d", pid, err, pids[3])
 		}
 		syscall.Kill(pids[3], syscall.SIGTERM)
-		if ws := s.reap(t, pids[3], 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
+		if ws := s.Reap(t, pids[3], 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
 			t.Errorf("generation 4 after SIGTERM: %v, want exit 0", ws)
 		}
 	})
@@ -98,8 +98,8 @@ func TestTerminateWithDelay(t *testing.T) {
 		if gen, err := fetch("http://127.0.0.1:8080/"); err != nil || gen != 1 {
 			t.Errorf("request during the delay: generation %d, %v; want 1", gen, err)
 		}
-		s.expect(t, "generation 1 stopped: accept")
-		if ws := s.reap(t, pid, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
+		s.Expect(t, "generation 1 stopped: accept")
+		if ws := s.Reap(t, pid, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
 			t.Errorf("after SIGTERM: %v, want exit 0", ws)
 		}
 	})
