@@ -18,25 +18,6 @@ import (
 	"github.com/zerodrop/zerodrop/reuseport"
 )
 
-// waitQueue waits until l's accept queue holds n connections.
-func waitQueue(t *testing.T, l *reuseport.Listener, n uint32) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		q, err := l.Queue()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if q.Len == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("accept queue %d, want %d", q.Len, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestQueueDrain queues 20 clients at A while A's accept loop is stalled, then
 // drains A. With a sibling B and migration on, B answers all 20; otherwise A
 // does, through the accept-until-empty drain.
@@ -87,7 +68,7 @@ func queueDrain(t *testing.T, sibling, plain bool, method drain.Method, by strin
 	})
 	stalled := g.stall(t, addr)
 	cs := netnstest.Queue(t, addr, 20, netnstest.ClientOptions{Payload: func(i int) []byte { return request(fmt.Sprintf("/q%d", i)) }})
-	waitQueue(t, a, 20)
+	netnstest.WaitQueue(t, a, 20)
 	if sibling {
 		b, err := cfg.Listen(ctx, "tcp4", addr)
 		if err != nil {

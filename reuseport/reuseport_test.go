@@ -76,7 +76,7 @@ func TestCloseWithQueue(t *testing.T) {
 				var cfg reuseport.Config
 				a := listen(t, &cfg, "127.0.0.1:0")
 				clients := netnstest.Queue(t, a.Addr().String(), 20, netnstest.ClientOptions{})
-				waitQueue(t, a, 20)
+				netnstest.WaitQueue(t, a, 20)
 				b := listen(t, &cfg, a.Addr().String())
 				before := netnstest.Snapshot(t)
 				a.Close()
@@ -113,7 +113,7 @@ func TestLoneMemberClose(t *testing.T) {
 			netnstest.Run(t, netnstest.Options{MigrateReq: migrate}, func(t *testing.T) {
 				a := listen(t, &reuseport.Config{}, "127.0.0.1:0")
 				clients := netnstest.Queue(t, a.Addr().String(), 10, netnstest.ClientOptions{})
-				waitQueue(t, a, 10)
+				netnstest.WaitQueue(t, a, 10)
 				before := netnstest.Snapshot(t)
 				a.Close()
 				tally := clients.Await(3 * time.Second)
@@ -129,32 +129,13 @@ func TestLoneMemberClose(t *testing.T) {
 	}
 }
 
-// waitQueue waits (bounded) until the kernel shows n connections in l's queue.
-func waitQueue(t *testing.T, l *reuseport.Listener, n uint32) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		q, err := l.Queue()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if q.Len == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue length %d, want %d", q.Len, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TCP_INFO on a listener: tcpi_unacked is the queue, tcpi_sacked the backlog;
 // sock_diag agrees.
 func TestQueueDepth(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		l := listen(t, &reuseport.Config{Options: reuseport.Options{Backlog: 5}}, "127.0.0.1:0")
 		netnstest.Queue(t, l.Addr().String(), 3, netnstest.ClientOptions{})
-		waitQueue(t, l, 3)
+		netnstest.WaitQueue(t, l, 3)
 		q, err := l.Queue()
 		if err != nil || q != (reuseport.Queue{Len: 3, Backlog: 5}) {
 			t.Fatalf("Queue() = %+v, %v; want {3 5}", q, err)

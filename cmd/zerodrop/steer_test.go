@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -27,7 +26,7 @@ import (
 // field for the lone listener.
 func TestDoctorSteer(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
-		dir := bpffs(t)
+		dir := netnstest.MountBPF(t, "0755")
 		cfg := &steer.Config{Dir: dir}
 		a := listen(t, "127.0.0.1:0", 0)
 		addr := a.Addr().String()
@@ -120,7 +119,7 @@ func TestDoctorSteerNoBPFFS(t *testing.T) {
 // one note, the same exit status and groups as without steering.
 func TestDoctorSteerPermission(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 1}, func(t *testing.T) {
-		dir := bpffs(t)
+		dir := netnstest.MountBPF(t, "0755")
 		l := listen(t, "127.0.0.1:0", 0)
 		join(t, &steer.Config{Dir: dir}, l)
 		p := netnstest.StartHelper(t, "doctor", netnstest.HelperOptions{
@@ -232,27 +231,4 @@ func join(t *testing.T, cfg *steer.Config, l *reuseport.Listener) *steer.Member 
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
-}
-
-// bpffs mounts a bpf filesystem on a new directory, unmounted at cleanup so
-// the pins vanish with the test.
-func bpffs(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "zerodrop-bpffs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0755"); err != nil {
-		t.Fatalf("mount bpffs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
 }

@@ -133,7 +133,7 @@ func (g *acceptGroup) batch(n int) time.Duration {
 // group.
 func benchInterleaved(b *testing.B) {
 	plain := newAcceptGroup(b, nil)
-	steered := newAcceptGroup(b, &steer.Config{Dir: bpffs(b)})
+	steered := newAcceptGroup(b, &steer.Config{Dir: netnstest.MountBPF(b, "0755")})
 	prog, err := ebpf.LoadPinnedProgram(filepath.Join(steered.dir, "prog"), nil)
 	if err != nil {
 		b.Fatal(err)

@@ -23,7 +23,7 @@ import (
 // the pins.
 func TestJoinPinsAndSlots(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
-		dir := bpffs(t)
+		dir := netnstest.MountBPF(t, "0755")
 		cfg := &steer.Config{Dir: dir}
 		a := listen(t, "127.0.0.1:0", reuseport.Options{})
 		b := listen(t, a.Addr().String(), reuseport.Options{})
@@ -106,7 +106,7 @@ func TestErrors(t *testing.T) {
 			t.Fatalf("left behind: %v", left)
 		}
 
-		dir := bpffs(t)
+		dir := netnstest.MountBPF(t, "0755")
 		cfg := &steer.Config{Dir: dir, Slots: 2}
 
 		// MPTCP listener.
@@ -191,7 +191,7 @@ func TestErrors(t *testing.T) {
 // opens one that root pinned, and leaves no pins.
 func TestNoCapability(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
-		dir := bpffsMode(t, "1777") // anyone may create directories
+		dir := netnstest.MountBPF(t, "1777") // anyone may create directories
 		exe := netnstest.ExecutableCopy(t)
 		check := func(op, addr, why string) {
 			t.Helper()
@@ -254,7 +254,7 @@ func asNobody() {
 // ErrIncompatible, not misread.
 func TestIncompatiblePins(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
-		cfg := &steer.Config{Dir: bpffs(t)}
+		cfg := &steer.Config{Dir: netnstest.MountBPF(t, "0755")}
 		a := listen(t, "127.0.0.1:0", reuseport.Options{})
 		m := join(t, cfg, a)
 		pin := filepath.Join(m.Group().Dir(), "slots")

@@ -13,7 +13,6 @@ import (
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"github.com/zerodrop/zerodrop/reuseport/steer"
-	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) {
@@ -21,35 +20,6 @@ func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("as-nobody", asNobody)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
-}
-
-// bpffs mounts a bpf filesystem on a new world-traversable directory for the
-// test and unmounts it at cleanup, so pins vanish with the test.
-func bpffs(tb testing.TB) string {
-	tb.Helper()
-	return bpffsMode(tb, "0755")
-}
-
-// bpffsMode mounts a bpf filesystem whose root has the given mode.
-func bpffsMode(tb testing.TB, mode string) string {
-	tb.Helper()
-	dir, err := os.MkdirTemp("", "zerodrop-bpffs-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	if err := unix.Mount("bpf", dir, "bpf", 0, "mode="+mode); err != nil {
-		tb.Fatalf("mount bpffs on %s: %v", dir, err)
-	}
-	tb.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			tb.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
 }
 
 // pins lists the files under dir (pins and directories).
@@ -143,18 +113,6 @@ func queued(tb testing.TB, l *reuseport.Listener) int {
 		tb.Fatal(err)
 	}
 	return int(q.Len)
-}
-
-// waitQueued waits (bounded) until l has n connections queued.
-func waitQueued(tb testing.TB, l *reuseport.Listener, n int) {
-	tb.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for queued(tb, l) < n && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if q := queued(tb, l); q != n {
-		tb.Fatalf("accept queue %d, want %d", q, n)
-	}
 }
 
 // isOp checks err is a *net.OpError with the op.

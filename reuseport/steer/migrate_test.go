@@ -49,7 +49,7 @@ func group(t *testing.T, cfg *steer.Config, opts ...reuseport.Options) []member 
 func queue20(t *testing.T, ms []member) *netnstest.Clients {
 	t.Helper()
 	cs := netnstest.Queue(t, ms[0].l.Addr().String(), 20, netnstest.ClientOptions{})
-	waitQueued(t, ms[0].l, 20)
+	netnstest.WaitQueue(t, ms[0].l, uint32(20))
 	for i, m := range ms[1:] {
 		if q := queued(t, m.l); q != 0 {
 			t.Fatalf("member %d has %d queued, want 0", i+1, q)
@@ -81,7 +81,7 @@ func sentBy20() []string {
 // not the one of another class with a lower load (b), nor the draining one (d).
 func TestMigrateToNamedTarget(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
-		cfg := &steer.Config{Dir: bpffs(t)}
+		cfg := &steer.Config{Dir: netnstest.MountBPF(t, "0755")}
 		x, y := reuseport.Options{}, reuseport.Options{NoDelay: true}
 		ms := group(t, cfg, x, y, x, x, x)
 		a, b, c, d, e := ms[0], ms[1], ms[2], ms[3], ms[4]
@@ -134,7 +134,7 @@ func TestMigrateMismatch(t *testing.T) {
 	}{{"drop", steer.MismatchDrop}, {"hash", steer.MismatchHash}} {
 		t.Run(tc.name, func(t *testing.T) {
 			netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
-				cfg := &steer.Config{Dir: bpffs(t), Mismatch: tc.mismatch}
+				cfg := &steer.Config{Dir: netnstest.MountBPF(t, "0755"), Mismatch: tc.mismatch}
 				ms := group(t, cfg, reuseport.Options{}, reuseport.Options{NoDelay: true})
 				a, b := ms[0], ms[1]
 				cs := queue20(t, ms)
@@ -178,7 +178,7 @@ func TestMigrateMismatch(t *testing.T) {
 // bytes, which come only after the close.
 func TestMigrateHandshakes(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
-		cfg := &steer.Config{Dir: bpffs(t)}
+		cfg := &steer.Config{Dir: netnstest.MountBPF(t, "0755")}
 		o := reuseport.Options{DeferAccept: 5 * time.Second}
 		ms := group(t, cfg, o, o)
 		a, b := ms[0], ms[1]

@@ -22,7 +22,7 @@ const chiSquare001 = 10.828
 func TestWeights(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
 		const total = 10000
-		cfg := &steer.Config{Dir: bpffs(t)}
+		cfg := &steer.Config{Dir: netnstest.MountBPF(t, "0755")}
 		ms := group(t, cfg, reuseport.Options{}, reuseport.Options{}, reuseport.Options{})
 		for i, w := range []uint32{90, 10, 0} {
 			if err := ms[i].m.SetWeight(w); err != nil {
@@ -104,7 +104,7 @@ func dial(t *testing.T, addr string, n int) {
 // matter.
 func TestLeastLoaded(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
-		cfg := &steer.Config{Dir: bpffs(t), Balance: steer.BalanceLeastLoaded}
+		cfg := &steer.Config{Dir: netnstest.MountBPF(t, "0755"), Balance: steer.BalanceLeastLoaded}
 		var ms []member
 		addr := "127.0.0.1:0"
 		for _, s := range []struct{ weight, load uint32 }{{100, 5}, {100, 1}, {0, 0}} {

@@ -56,7 +56,7 @@ func slotIndex(t *testing.T, w *worker) int {
 // slot and a new worker takes it.
 func TestWorkerKilled(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
-		dir := bpffs(t)
+		dir := netnstest.MountBPF(t, "0755")
 		cfg := &steer.Config{Dir: dir}
 		w1 := startWorker(t, "w1", "steer", dir, "127.0.0.1:0")
 		w2 := startWorker(t, "w2", "steer", dir, w1.addr)
@@ -182,7 +182,7 @@ func distribution(ms []int) string {
 func TestLosslessDrain(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
 		const n = 20
-		dir := bpffs(t)
+		dir := netnstest.MountBPF(t, "0755")
 		s1 := startWorker(t, "s1", "steer", dir, "127.0.0.1:0")
 		s2 := startWorker(t, "s2", "steer", dir, s1.addr)
 		steerTally, steerMs := drains(t, []*worker{s1, s2}, n)
