@@ -209,12 +209,12 @@ func TestOptionMismatchRefused(t *testing.T) {
 // all 20 from the same socket.
 func TestRestartThroughFDStore(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
-		sd := listenNotify(t, filepath.Join(t.TempDir(), "notify"))
+		sd := netnstest.ListenNotify(t, filepath.Join(t.TempDir(), "notify"))
 		port := freePort(t)
 		addr := "127.0.0.1:" + strconv.Itoa(port)
-		notify := "NOTIFY_SOCKET=" + sd.addr
+		notify := "NOTIFY_SOCKET=" + sd.Addr
 		a := netnstest.StartHelper(t, "server", netnstest.HelperOptions{Env: []string{notify, envArgs + "=-store -addr " + addr}})
-		msg, stored := sd.recv(t)
+		msg, stored := sd.Recv(t)
 		if msg != "FDSTORE=1\nFDNAME=http" || len(stored) != 1 {
 			t.Fatalf("generation 1 sent %q with %d fds", msg, len(stored))
 		}
@@ -223,7 +223,7 @@ func TestRestartThroughFDStore(t *testing.T) {
 			t.Fatalf("stored inode %d, listener %d", ino, l.Inode)
 		}
 		status := fmt.Sprintf("generation 1 serving %s (listened, inode %d)", addr, l.Inode)
-		sd.expect(t, "READY=1\nSTATUS="+status)
+		sd.Expect(t, "READY=1\nSTATUS="+status)
 		if got, want := get(t, addr), fmt.Sprintf("generation 1 pid %d inode %d", a.Cmd.Process.Pid, l.Inode); got != want {
 			t.Fatalf("GET / = %q, want %q", got, want)
 		}
@@ -231,7 +231,7 @@ func TestRestartThroughFDStore(t *testing.T) {
 		aOut.next(t) // the status line
 		counters := netnstest.Snapshot(t)
 		stopAndWait(t, a)
-		sd.expect(t, "STOPPING=1\nSTATUS=generation 1 draining")
+		sd.Expect(t, "STOPPING=1\nSTATUS=generation 1 draining")
 		if got := aOut.next(t); got != "stopped: release" {
 			t.Fatalf("generation 1 said %q, want a release (the fd store holds the socket)", got)
 		}
@@ -246,8 +246,8 @@ func TestRestartThroughFDStore(t *testing.T) {
 			ExtraFiles: stored,
 			Env:        []string{notify, "LISTEN_FDS=1", "LISTEN_FDNAMES=http", envArgs + "=-store -generation 2"},
 		})
-		sd.recv(t) // generation 2 stores the socket again (systemd keeps one copy)
-		sd.expect(t, fmt.Sprintf("READY=1\nSTATUS=generation 2 serving %s (from systemd, inode %d)", addr, l.Inode))
+		sd.Recv(t) // generation 2 stores the socket again (systemd keeps one copy)
+		sd.Expect(t, fmt.Sprintf("READY=1\nSTATUS=generation 2 serving %s (from systemd, inode %d)", addr, l.Inode))
 		tally := clients.Await(20 * time.Second)
 		want := fmt.Sprintf("generation 2 pid %d inode %d\n", b.Cmd.Process.Pid, l.Inode)
 		for i, c := range clients.List {

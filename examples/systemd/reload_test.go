@@ -32,21 +32,21 @@ func TestReload(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
 		bin, zd := build(t, ".", "zerodrop-example"), build(t, "../../cmd/zerodrop", "zerodrop")
 		dir := t.TempDir()
-		sd := listenNotify(t, filepath.Join(dir, "notify"))
+		sd := netnstest.ListenNotify(t, filepath.Join(dir, "notify"))
 		sock := filepath.Join(dir, "handoff.sock")
 		addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-		s := startServer(t, bin, []string{"NOTIFY_SOCKET=" + sd.addr},
+		s := startServer(t, bin, []string{"NOTIFY_SOCKET=" + sd.Addr},
 			"-store", "-addr", addr, "-socket", sock, "-grace", "20s")
 		pid1 := s.Cmd.Process.Pid
 		ino := expectStored(t, sd)
-		sd.expect(t, fmt.Sprintf("READY=1\nSTATUS=generation 1 serving %s (listened, inode %d)", addr, ino))
+		sd.Expect(t, fmt.Sprintf("READY=1\nSTATUS=generation 1 serving %s (listened, inode %d)", addr, ino))
 		l := startLoad(t, "http://"+addr+"/", 8)
 		l.waitFor(t, "1", 50)
 
 		before := monotonicUsec(t)
 		res := runUpgrade(t, zd, "--socket", sock, "--pid", strconv.Itoa(pid1), "--signal", "HUP", "--timeout", "60s", "--json")
 		var us int64
-		msg, _ := sd.recv(t)
+		msg, _ := sd.Recv(t)
 		want := "RELOADING=1\nMONOTONIC_USEC=%d\nSTATUS=generation 1 starting generation 2"
 		if _, err := fmt.Sscanf(msg, want, &us); err != nil || msg != fmt.Sprintf(want, us) || us < before || us > monotonicUsec(t) {
 			t.Fatalf("first datagram of the reload %q (%v), want %q with MONOTONIC_USEC in [%d, now]", msg, err, want, before)
@@ -54,8 +54,8 @@ func TestReload(t *testing.T) {
 		if got := expectStored(t, sd); got != ino {
 			t.Fatalf("generation 2 stored inode %d, want %d", got, ino)
 		}
-		sd.expect(t, fmt.Sprintf("MAINPID=%d", res.PID))
-		sd.expect(t, fmt.Sprintf("READY=1\nSTATUS=generation 2 serving %s (inherited, inode %d)", addr, ino))
+		sd.Expect(t, fmt.Sprintf("MAINPID=%d", res.PID))
+		sd.Expect(t, fmt.Sprintf("READY=1\nSTATUS=generation 2 serving %s (inherited, inode %d)", addr, ino))
 		if res.From != 1 || res.To != 2 || res.PID == pid1 {
 			t.Fatalf("upgrade said %+v, want generation 1 -> 2 in a new process", res)
 		}
@@ -80,7 +80,7 @@ func TestReload(t *testing.T) {
 			t.Errorf("/metrics of generation 2 has no line \"zerodrop_generation 2\":\n%s", body)
 		}
 		syscall.Kill(res.PID, syscall.SIGTERM)
-		sd.expect(t, "STOPPING=1\nSTATUS=generation 2 draining")
+		sd.Expect(t, "STOPPING=1\nSTATUS=generation 2 draining")
 		if ws := s.Reap(t, res.PID, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
 			t.Errorf("generation 2 after SIGTERM: %v, want exit 0", ws)
 		}
@@ -128,9 +128,9 @@ func runUpgrade(t *testing.T, zd string, args ...string) upgradeResult {
 }
 
 // expectStored receives FDSTORE=1 for "http" with one fd, and returns its inode.
-func expectStored(t *testing.T, sd *fakeSystemd) uint64 {
+func expectStored(t *testing.T, sd *netnstest.NotifySocket) uint64 {
 	t.Helper()
-	msg, fds := sd.recv(t)
+	msg, fds := sd.Recv(t)
 	if msg != "FDSTORE=1\nFDNAME=http" || len(fds) != 1 {
 		t.Fatalf("datagram %q with %d fds, want the listener stored", msg, len(fds))
 	}

@@ -16,72 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fakeSystemd is the receiving end of a notify socket, as PID 1 has it.
-type fakeSystemd struct {
-	fd   int
-	addr string
-}
-
-// listenNotify binds a unixgram socket at addr (a path or "@abstract").
-func listenNotify(t *testing.T, addr string) *fakeSystemd {
-	t.Helper()
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: addr}); err != nil {
-		t.Fatal(err)
-	}
-	tv := unix.NsecToTimeval((20 * time.Second).Nanoseconds())
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		t.Fatal(err)
-	}
-	return &fakeSystemd{fd: fd, addr: addr}
-}
-
-// recv returns the next datagram and the fds that came with it (closed when
-// the test ends), waiting at most 20 s.
-func (s *fakeSystemd) recv(t *testing.T) (string, []*os.File) {
-	t.Helper()
-	buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4*8))
-	n, oobn, flags, _, err := unix.Recvmsg(s.fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-	if err != nil {
-		t.Fatalf("fake systemd: recvmsg: %v", err)
-	}
-	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-		t.Fatalf("fake systemd: truncated datagram (flags %#x)", flags)
-	}
-	var files []*os.File
-	if oobn > 0 {
-		cms, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, cm := range cms {
-			fds, err := unix.ParseUnixRights(&cm)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, fd := range fds {
-				f := os.NewFile(uintptr(fd), "stored")
-				t.Cleanup(func() { f.Close() })
-				files = append(files, f)
-			}
-		}
-	}
-	return string(buf[:n]), files
-}
-
-// expect receives one datagram and compares it with want, without fds.
-func (s *fakeSystemd) expect(t *testing.T, want string) {
-	t.Helper()
-	got, files := s.recv(t)
-	if got != want || len(files) != 0 {
-		t.Fatalf("datagram %q with %d fds, want %q and none", got, len(files), want)
-	}
-}
-
 func monotonic(t *testing.T) int64 {
 	us, err := monotonicUsec()
 	if err != nil {
@@ -94,14 +28,14 @@ func TestNotifyProtocol(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		for _, addr := range []string{filepath.Join(t.TempDir(), "notify"), "@zerodrop-notify-" + strconv.Itoa(os.Getpid())} {
 			t.Run(map[bool]string{true: "abstract", false: "path"}[addr[0] == '@'], func(t *testing.T) {
-				testPhases(t, listenNotify(t, addr))
+				testPhases(t, netnstest.ListenNotify(t, addr))
 			})
 		}
 	})
 }
 
-func testPhases(t *testing.T, sd *fakeSystemd) {
-	n := &Notifier{Socket: sd.addr}
+func testPhases(t *testing.T, sd *netnstest.NotifySocket) {
+	n := &Notifier{Socket: sd.Addr}
 	l, err := reuseport.Listen(context.Background(), "tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +45,7 @@ func testPhases(t *testing.T, sd *fakeSystemd) {
 	if err := n.Store("http", l); err != nil {
 		t.Fatal(err)
 	}
-	msg, files := sd.recv(t)
+	msg, files := sd.Recv(t)
 	if msg != "FDSTORE=1\nFDNAME=http" || len(files) != 1 {
 		t.Fatalf("store: %q with %d fds, want FDSTORE=1\\nFDNAME=http and 1", msg, len(files))
 	}
@@ -123,12 +57,12 @@ func testPhases(t *testing.T, sd *fakeSystemd) {
 	}
 
 	must(t, n.Ready("generation 1 serving 127.0.0.1"))
-	sd.expect(t, "READY=1\nSTATUS=generation 1 serving 127.0.0.1")
+	sd.Expect(t, "READY=1\nSTATUS=generation 1 serving 127.0.0.1")
 
 	before := monotonic(t)
 	must(t, n.Reloading("generation 2 starting"))
 	after := monotonic(t)
-	msg, _ = sd.recv(t)
+	msg, _ = sd.Recv(t)
 	var us int64
 	if _, err := fmt.Sscanf(msg, "RELOADING=1\nMONOTONIC_USEC=%d\nSTATUS=generation 2 starting", &us); err != nil ||
 		msg != fmt.Sprintf("RELOADING=1\nMONOTONIC_USEC=%d\nSTATUS=generation 2 starting", us) {
@@ -139,17 +73,17 @@ func testPhases(t *testing.T, sd *fakeSystemd) {
 	}
 
 	must(t, n.MainPID(4242))
-	sd.expect(t, "MAINPID=4242")
+	sd.Expect(t, "MAINPID=4242")
 	must(t, n.Ready("generation 2 serving"))
-	sd.expect(t, "READY=1\nSTATUS=generation 2 serving")
+	sd.Expect(t, "READY=1\nSTATUS=generation 2 serving")
 	must(t, n.Stopping("generation 2 draining"))
-	sd.expect(t, "STOPPING=1\nSTATUS=generation 2 draining")
+	sd.Expect(t, "STOPPING=1\nSTATUS=generation 2 draining")
 	must(t, n.Status("drained"))
-	sd.expect(t, "STATUS=drained")
+	sd.Expect(t, "STATUS=drained")
 	must(t, n.Ready(""))
-	sd.expect(t, "READY=1")
+	sd.Expect(t, "READY=1")
 	must(t, n.Remove("http"))
-	sd.expect(t, "FDSTOREREMOVE=1\nFDNAME=http")
+	sd.Expect(t, "FDSTOREREMOVE=1\nFDNAME=http")
 }
 
 func must(t *testing.T, err error) {
@@ -213,8 +147,8 @@ func TestFromEnv(t *testing.T) {
 
 func TestWatchdog(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
-		sd := listenNotify(t, filepath.Join(t.TempDir(), "notify"))
-		n := &Notifier{Socket: sd.addr}
+		sd := netnstest.ListenNotify(t, filepath.Join(t.TempDir(), "notify"))
+		n := &Notifier{Socket: sd.Addr}
 		ctx := context.Background()
 
 		t.Setenv("WATCHDOG_USEC", "")
@@ -239,7 +173,7 @@ func TestWatchdog(t *testing.T) {
 		}
 		defer w.Stop()
 		for range 3 {
-			sd.expect(t, "WATCHDOG=1")
+			sd.Expect(t, "WATCHDOG=1")
 		}
 		w.Stop()
 		w.Stop()

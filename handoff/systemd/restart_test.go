@@ -23,8 +23,8 @@ import (
 // and execs B, keeping pid and fds), so B's Activated reads a real environment.
 func TestRestartThroughFDStore(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
-		sd := listenNotify(t, filepath.Join(t.TempDir(), "notify"))
-		notify := EnvNotifySocket + "=" + sd.addr
+		sd := netnstest.ListenNotify(t, filepath.Join(t.TempDir(), "notify"))
+		notify := EnvNotifySocket + "=" + sd.Addr
 		stdinR, stdinW, err := os.Pipe()
 		if err != nil {
 			t.Fatal(err)
@@ -33,11 +33,11 @@ func TestRestartThroughFDStore(t *testing.T) {
 		a := netnstest.StartHelper(t, "store-and-stop", netnstest.HelperOptions{Env: []string{notify}, Stdin: stdinR})
 		stdinR.Close()
 
-		msg, stored := sd.recv(t)
+		msg, stored := sd.Recv(t)
 		if msg != "FDSTORE=1\nFDNAME=http" || len(stored) != 1 {
 			t.Fatalf("A sent %q with %d fds, want FDSTORE=1 with 1 fd", msg, len(stored))
 		}
-		sd.expect(t, "READY=1\nSTATUS=generation 1 serving")
+		sd.Expect(t, "READY=1\nSTATUS=generation 1 serving")
 		var addr string
 		var ino uint64
 		aOut := readerOf(a)
@@ -53,7 +53,7 @@ func TestRestartThroughFDStore(t *testing.T) {
 
 		counters := netnstest.Snapshot(t)
 		must(t, a.Signal(syscall.SIGTERM))
-		sd.expect(t, "STOPPING=1\nSTATUS=generation 1 draining")
+		sd.Expect(t, "STOPPING=1\nSTATUS=generation 1 draining")
 		if got := aOut.next(t); got != "stopped" {
 			t.Fatalf("A said %q, want stopped", got)
 		}
@@ -76,7 +76,7 @@ func TestRestartThroughFDStore(t *testing.T) {
 			Env: []string{notify, EnvListenFDs + "=1", EnvListenFDNames + "=http",
 				envNext + "=serve", envGen + "=2", envCfg + "=1"},
 		})
-		sd.expect(t, "READY=1\nSTATUS=generation 2 serving")
+		sd.Expect(t, "READY=1\nSTATUS=generation 2 serving")
 		if got, want := readerOf(b).next(t), fmt.Sprintf("ready %d %d -", ino, b.Cmd.Process.Pid); got != want {
 			t.Fatalf("B said %q, want %q", got, want)
 		}
