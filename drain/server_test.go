@@ -79,7 +79,17 @@ func newPhase(t *testing.T, extra func(p *phase, mux *http.ServeMux)) *phase {
 	if extra != nil {
 		extra(p, mux)
 	}
-	p.ds = &drain.Server{HTTP: &http.Server{Handler: mux}}
+	// The tracker records a state before the user's ConnState runs, so a
+	// StateClosed seen here means the tracker has forgotten the connection.
+	closed := make(chan struct{}, 1)
+	p.ds = &drain.Server{HTTP: &http.Server{Handler: mux, ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			select {
+			case closed <- struct{}{}:
+			default:
+			}
+		}
+	}}}
 	p.wait = serve(t, func() error { return p.ds.Serve(tl) })
 	// Serve has begun once a request is answered (a Serve that starts after
 	// Shutdown returns http.ErrServerClosed, like net/http's).
@@ -89,6 +99,13 @@ func newPhase(t *testing.T, extra func(p *phase, mux *http.ServeMux)) *phase {
 		t.Fatalf("server not serving: %v", err)
 	}
 	c.Close()
+	// The warm-up connection must be gone on the server's side too, or a
+	// drain that begins now counts it as in flight.
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("warm-up connection not closed by the server")
+	}
 	return p
 }
 
