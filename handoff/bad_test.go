@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"testing"
@@ -209,6 +210,9 @@ func fakePredecessor(t *testing.T, path string, script func(c *conn)) <-chan *fr
 // predecessor is told why, and every fd received is closed.
 func TestBadBytesFromPredecessor(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		// No GC: a listener we fail to close must stay open, not be closed
+		// by its finalizer while settleFDs waits.
+		defer debug.SetGCPercent(debug.SetGCPercent(-1))
 		ctx := context.Background()
 		tcp, err := reuseport.Listen(ctx, "tcp4", "127.0.0.1:0")
 		if err != nil {
@@ -273,6 +277,22 @@ func TestBadBytesFromPredecessor(t *testing.T) {
 				offer(c, bad)
 				c.send(&frame{Type: typeFDs, Count: 1}, []int{tcpFD})
 			}, ErrValidation, codeValidation, "digest"},
+			{"pipe in the second batch", func(c *conn) {
+				// 299 good sockets (the same fd, under other names) are
+				// validated, and have listeners built, before the bad one
+				// arrives: all of them must be closed.
+				infos := make([]socketInfo, 300)
+				fds := make([]int, 300)
+				for i := range infos {
+					infos[i], fds[i] = good, tcpFD
+					infos[i].Name = "l" + strconv.Itoa(i)
+				}
+				infos[299].Name, fds[299] = "http", int(pipeR.Fd())
+				offer(c, infos...)
+				c.send(&frame{Type: typeFDs, Count: BatchFDs}, fds[:BatchFDs])
+				c.recv(0) // the ack
+				c.send(&frame{Type: typeFDs, First: BatchFDs, Count: 300 - BatchFDs}, fds[BatchFDs:])
+			}, ErrValidation, codeValidation, "S_IFSOCK"},
 			{"busy", func(c *conn) { c.send(&frame{Type: typeError, Code: codeInProgress, Message: "busy"}, nil) }, ErrHandoffInProgress, "", ""},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

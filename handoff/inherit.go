@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"go.uber.org/zap"
 )
 
@@ -107,9 +107,12 @@ func (u *Upgrader) inherit(nc *net.UnixConn) (err error) {
 	return nil
 }
 
-// receive reads the offer and the fd batches, validates each fd and acks
-// each batch. On error every fd received is closed.
-func (u *Upgrader) receive(c *conn) (socks []*socket, err error) {
+// receive reads the offer and the fd batches, acks each batch as it
+// arrives, and validates each fd (building the caller's listener for it) on up
+// to GOMAXPROCS goroutines while later batches are still coming: each fd costs
+// some 40 syscalls, which dominate a large handoff. It returns the first error
+// in offer order; on error every fd received is closed.
+func (u *Upgrader) receive(c *conn) (_ []*socket, err error) {
 	f, _, err := c.recv(0)
 	if err != nil {
 		return nil, err
@@ -118,66 +121,112 @@ func (u *Upgrader) receive(c *conn) (socks []*socket, err error) {
 		return nil, err
 	}
 	offer := f.Sockets
-	fds := make([]int, 0, len(offer))
-	digests := make([]*reuseport.Digest, 0, len(offer))
+	socks := make([]*socket, len(offer))
+	errs := make([]error, len(offer))
+	var failed atomic.Bool
+	queue := make(chan int, len(offer))
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(offer)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range queue {
+				s := socks[i]
+				if s.digest, errs[i] = validate(s.fd, &s.info); errs[i] == nil {
+					s.pre, errs[i] = prebuild(s)
+				}
+				if errs[i] == nil && s.digest != nil {
+					// Listen compares the socket with what our Config would
+					// create: probe that now, off the caller's path. A
+					// failure here is Listen's to report.
+					u.want(s.info.Network, domainOf(value(*s.digest, "SO_DOMAIN")), sockType(s.info.Kind))
+				}
+				if errs[i] != nil {
+					failed.Store(true)
+				}
+			}
+		}()
+	}
+	n := 0 // sockets received
 	defer func() {
 		if err != nil {
-			closeFDs(fds)
+			for _, s := range socks[:n] {
+				s.close()
+			}
 		}
 	}()
-	for len(fds) < len(offer) {
-		b, got, err := c.recv(BatchFDs)
-		fds = append(fds, got...)
+	err = u.receiveBatches(c, offer, func(got []int) {
+		for _, fd := range got {
+			socks[n] = &socket{info: offer[n], fd: fd}
+			queue <- n
+			n++
+		}
+	}, failed.Load)
+	close(queue)
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	for _, err := range errs[:n] {
 		if err != nil {
-			return nil, err
-		}
-		if err := expect(b, typeFDs); err != nil {
-			return nil, err
-		}
-		first, want := len(fds)-len(got), min(BatchFDs, len(offer)-(len(fds)-len(got)))
-		if b.First != first || b.Count != want || len(got) != want {
-			return nil, &FrameError{Type: typeFDs, Err: ErrFDCount,
-				Detail: fmt.Sprintf("batch first=%d count=%d with %d fds, expected first=%d count=%d of %d offered", b.First, b.Count, len(got), first, want, len(offer))}
-		}
-		ds, err := validateBatch(got, offer[first:first+want])
-		if err != nil {
-			return nil, err
-		}
-		digests = append(digests, ds...)
-		if err := c.send(&frame{Type: typeAck, Received: len(fds)}, nil); err != nil {
 			return nil, err
 		}
 	}
-	socks = make([]*socket, len(offer))
-	for i := range offer {
-		socks[i] = &socket{info: offer[i], fd: fds[i], digest: digests[i]}
-		u.log.Debug("validated", zap.String("event", "handoff.validated"), zap.String("name", offer[i].Name), zap.String("kind", offer[i].Kind), zap.String("address", offer[i].Address))
+	for _, s := range socks {
+		u.log.Debug("validated", zap.String("event", "handoff.validated"), zap.String("name", s.info.Name), zap.String("kind", s.info.Kind), zap.String("address", s.info.Address))
 	}
 	return socks, nil
 }
 
-// validateBatch validates fds[i] against infos[i] on up to GOMAXPROCS
-// goroutines (reading a digest takes some 20 getsockopt calls per fd), and
-// returns the first error in offer order.
-func validateBatch(fds []int, infos []socketInfo) ([]*reuseport.Digest, error) {
-	ds := make([]*reuseport.Digest, len(fds))
-	errs := make([]error, len(fds))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(fds)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1)) - 1; i < len(fds); i = int(next.Add(1)) - 1 {
-				ds[i], errs[i] = validate(fds[i], &infos[i])
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
+// receiveBatches reads the fd batches of offer, passes each batch's fds to
+// take and acks it, until all are received or stop says a validation failed
+// (then it returns nil: the caller reports that failure). The fds of a batch
+// that is not taken are closed.
+func (u *Upgrader) receiveBatches(c *conn, offer []socketInfo, take func([]int), stop func() bool) error {
+	for n := 0; n < len(offer) && !stop(); {
+		b, got, err := c.recv(BatchFDs)
+		if err == nil {
+			err = expect(b, typeFDs)
+		}
+		want := min(BatchFDs, len(offer)-n)
+		if err == nil && (b.First != n || b.Count != want || len(got) != want) {
+			err = &FrameError{Type: typeFDs, Err: ErrFDCount,
+				Detail: fmt.Sprintf("batch first=%d count=%d with %d fds, expected first=%d count=%d of %d offered", b.First, b.Count, len(got), n, want, len(offer))}
+		}
 		if err != nil {
-			return nil, err
+			closeFDs(got)
+			return err
+		}
+		take(got)
+		n += len(got)
+		if err := c.send(&frame{Type: typeAck, Received: n}, nil); err != nil {
+			return err
 		}
 	}
-	return ds, nil
+	return nil
+}
+
+// prebuild wraps a dup of a validated socket as the net.Listener or
+// net.PacketConn that Listen will return; a unix listener never unlinks its
+// path.
+func prebuild(s *socket) (*obtained, error) {
+	fd, err := linux.DupCloexec(s.fd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), s.info.Name)
+	defer f.Close()
+	out := &obtained{}
+	if s.info.Kind == kindUDP {
+		out.pc, err = net.FilePacketConn(f)
+	} else {
+		out.ln, err = net.FileListener(f)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ul, ok := out.ln.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(false)
+	}
+	return out, nil
 }

@@ -98,11 +98,8 @@ func (u *Upgrader) obtain(ctx context.Context, name, kind, network, address stri
 			s, out, err = u.fresh(ctx, name, kind, network, address)
 		}
 	}
-	if err == nil && s.digest == nil && kind != kindUnix {
-		var d reuseport.Digest
-		d, err = reuseport.ReadDigest(rawFD(s.fd))
-		s.digest = &d
-		if err != nil {
+	if err == nil {
+		if err = s.describe(); err != nil {
 			closeFDs([]int{s.fd})
 			closeObtained(out)
 		}
@@ -146,25 +143,48 @@ func (u *Upgrader) claim(name, kind, network, address string) (*socket, error) {
 	return s, nil
 }
 
-// adopt checks an inherited socket's options and wraps a dup of it.
+// adopt checks an inherited socket's options and hands over the listener
+// built for it while it was validated.
 func (u *Upgrader) adopt(s *socket, network string) (*obtained, error) {
 	if s.info.Kind != kindUnix {
-		if err := u.checkOptions(network, s.fd, *s.digest); err != nil {
+		if err := u.checkOptions(network, s.info.Kind, *s.digest); err != nil {
 			var mm *reuseport.OptionMismatchError
 			if !u.cfg.WarnOnMismatch || !errors.As(err, &mm) {
-				closeFDs([]int{s.fd})
+				s.close()
 				return nil, err
 			}
 			u.log.Warn("inherited socket's options differ from Config.Listen", zap.String("event", "handoff.listen.options"), zap.String("name", s.info.Name), zap.Error(err))
 		}
 	}
-	fd, err := unix.FcntlInt(uintptr(s.fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		closeFDs([]int{s.fd})
-		return nil, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
-	}
+	out := s.pre
+	s.pre = nil
 	u.log.Info("inherited", zap.String("event", "handoff.listen.inherited"), zap.String("name", s.info.Name), zap.String("address", s.info.Address))
-	return &obtained{file: os.NewFile(uintptr(fd), s.info.Name)}, nil
+	return out, nil
+}
+
+// describe records, once, what offer declares for the socket: its bound
+// address and, for inet sockets, its option digest. Neither changes while we
+// hold the socket: options are set before bind, and a bound socket stays
+// bound.
+func (s *socket) describe() error {
+	if s.info.Address == "" {
+		addr, err := sockname(s.fd)
+		if err != nil {
+			return err
+		}
+		s.info.Address = addr
+	}
+	if s.digest == nil && s.info.Kind != kindUnix {
+		d, err := reuseport.ReadDigest(rawFD(s.fd))
+		if err != nil {
+			return err
+		}
+		s.digest = &d
+	}
+	if s.digest != nil && s.info.Digest == "" {
+		s.info.Digest = s.digest.String()
+	}
+	return nil
 }
 
 // activated takes name from systemd socket activation, if any.

@@ -31,7 +31,7 @@ func (u *Upgrader) Ready() error {
 	u.mu.Unlock()
 	for name, s := range inh {
 		u.log.Warn("inherited socket not claimed by Listen; closing it", zap.String("event", "handoff.unclaimed"), zap.String("name", name), zap.String("address", s.info.Address))
-		closeFDs([]int{s.fd})
+		s.close()
 	}
 	s := &server{u: u, path: u.cfg.Path, conns: map[*conn]bool{}}
 	var tmp string

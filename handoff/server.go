@@ -154,10 +154,7 @@ func (s *server) transfer(c *conn, h *frame, log *zap.Logger, res *Result) error
 	if err := c.send(h, nil); err != nil {
 		return err
 	}
-	socks, err := s.u.offer()
-	if err != nil {
-		return err
-	}
+	socks := s.u.offer()
 	res.Sockets = len(socks)
 	infos := make([]socketInfo, len(socks))
 	for i, so := range socks {
@@ -219,24 +216,10 @@ func (s *server) awaitReady(c *conn, log *zap.Logger, start time.Time) error {
 	return nil
 }
 
-// offer returns our sockets with their current address and digest (read
-// when we obtained the socket: options are set before listen).
-func (u *Upgrader) offer() ([]*socket, error) {
+// offer returns our sockets as obtain described them: address and digest
+// are read once, when we obtained the socket.
+func (u *Upgrader) offer() []*socket {
 	u.mu.Lock()
-	socks := append([]*socket(nil), u.socks...)
-	u.mu.Unlock()
-	out := make([]*socket, len(socks))
-	for i, so := range socks {
-		info := so.info
-		addr, err := sockname(so.fd)
-		if err != nil {
-			return nil, fmt.Errorf("offer %s: %w", info.Name, err)
-		}
-		info.Address = addr
-		if so.digest != nil {
-			info.Digest = so.digest.String()
-		}
-		out[i] = &socket{info: info, fd: so.fd}
-	}
-	return out, nil
+	defer u.mu.Unlock()
+	return append([]*socket(nil), u.socks...)
 }

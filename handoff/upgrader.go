@@ -75,6 +75,16 @@ type socket struct {
 	info   socketInfo
 	fd     int
 	digest *reuseport.Digest // nil for unix sockets
+	// pre is the caller's listener or packet conn for an inherited socket,
+	// built (on its own dup) while the batch was validated, so that Listen
+	// costs no syscall; nil for our own sockets.
+	pre *obtained
+}
+
+// close closes our reference and, if unclaimed, the prebuilt listener.
+func (s *socket) close() {
+	closeFDs([]int{s.fd})
+	closeObtained(s.pre)
 }
 
 // New connects to the predecessor serving cfg.Path, if one does, checks its
@@ -169,7 +179,7 @@ func (u *Upgrader) Close() error {
 	}
 	closeSockets(socks)
 	for _, s := range inh {
-		closeFDs([]int{s.fd})
+		s.close()
 	}
 	if u.act != nil {
 		u.act.Close()

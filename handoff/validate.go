@@ -22,23 +22,31 @@ func (r rawFD) Write(f func(fd uintptr) bool) error   { f(uintptr(r)); return ni
 
 // validate checks a received fd against what the offer declared: a socket, of
 // the declared domain, type and protocol, listening if a listener, bound to the
-// declared address, with the declared option digest.
+// declared address, with the declared option digest. Reading the digest reads
+// the domain and protocol too; they are not read twice.
 func validate(fd int, s *socketInfo) (*reuseport.Digest, error) {
-	if err := validateKind(fd, s); err != nil {
-		return nil, err
-	}
 	if s.Kind == kindUnix {
-		return nil, nil
+		return nil, validateKind(fd, s, nil)
 	}
 	d, err := reuseport.ReadDigest(rawFD(fd))
-	if err != nil || d.String() != s.Digest {
-		return nil, &ValidationError{Name: s.Name, Check: "digest", Want: s.Digest, Got: d.String(), Err: err}
+	if err != nil {
+		if kerr := validateKind(fd, s, nil); kerr != nil {
+			return nil, kerr
+		}
+		return nil, &ValidationError{Name: s.Name, Check: "digest", Want: s.Digest, Err: err}
+	}
+	if err := validateKind(fd, s, &d); err != nil {
+		return nil, err
+	}
+	if got := d.String(); got != s.Digest {
+		return nil, &ValidationError{Name: s.Name, Check: "digest", Want: s.Digest, Got: got}
 	}
 	return &d, nil
 }
 
-// validateKind does every check of validate but the digest.
-func validateKind(fd int, s *socketInfo) error {
+// validateKind does every check of validate but the digest. With d, the
+// domain and protocol are taken from it instead of read again.
+func validateKind(fd int, s *socketInfo, d *reuseport.Digest) error {
 	bad := func(check, want, got string, err error) error {
 		return &ValidationError{Name: s.Name, Check: check, Want: want, Got: got, Err: err}
 	}
@@ -50,14 +58,26 @@ func validateKind(fd int, s *socketInfo) error {
 		return bad("S_IFSOCK", "socket", "file mode "+strconv.FormatUint(uint64(st.Mode&unix.S_IFMT), 8), nil)
 	}
 	get := func(opt int) (int, error) {
-		v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, opt)
+		v, err := linux.GetsockoptInt(fd, unix.SOL_SOCKET, opt)
 		return v, os.NewSyscallError("getsockopt", err)
 	}
-	dom, err := get(unix.SO_DOMAIN)
+	dom, proto := -1, -1
+	if d != nil {
+		dom, proto = domainOf(value(*d, "SO_DOMAIN")), protoNum(value(*d, "SO_PROTOCOL"))
+	}
+	var err error
+	if dom < 0 {
+		dom, err = get(unix.SO_DOMAIN)
+	}
 	if err != nil || !domainOK(s.Network, dom) {
 		return bad("SO_DOMAIN", s.Network, strconv.Itoa(dom), err)
 	}
-	typ, err := get(unix.SO_TYPE)
+	typ := -1
+	if d != nil && value(*d, "SO_TYPE") == "stream" {
+		typ = unix.SOCK_STREAM // the digest says "dgram" for every other type
+	} else {
+		typ, err = get(unix.SO_TYPE)
+	}
 	wantTyp := unix.SOCK_STREAM
 	if s.Kind == kindUDP {
 		wantTyp = unix.SOCK_DGRAM
@@ -65,7 +85,9 @@ func validateKind(fd int, s *socketInfo) error {
 	if err != nil || typ != wantTyp {
 		return bad("SO_TYPE", strconv.Itoa(wantTyp), strconv.Itoa(typ), err)
 	}
-	proto, err := get(unix.SO_PROTOCOL)
+	if proto < 0 {
+		proto, err = get(unix.SO_PROTOCOL)
+	}
 	if err != nil || !protoOK(s.Kind, proto) {
 		return bad("SO_PROTOCOL", s.Kind, strconv.Itoa(proto), err)
 	}
@@ -76,6 +98,26 @@ func validateKind(fd int, s *socketInfo) error {
 		}
 	}
 	return checkSockname(fd, s)
+}
+
+// domainOf maps a digest's SO_DOMAIN value back to the address family; -1 if
+// it is not one reuseport names.
+func domainOf(name string) int {
+	switch name {
+	case "inet":
+		return unix.AF_INET
+	case "inet6":
+		return unix.AF_INET6
+	}
+	return -1
+}
+
+func protoNum(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 func domainOK(network string, dom int) bool {
@@ -102,27 +144,14 @@ func protoOK(kind string, proto int) bool {
 
 // checkSockname compares getsockname with the declared address.
 func checkSockname(fd int, s *socketInfo) error {
-	sa, err := unix.Getsockname(fd)
+	got, err := linux.Sockname(fd)
 	if err != nil {
-		return &ValidationError{Name: s.Name, Check: "getsockname", Want: s.Address, Err: os.NewSyscallError("getsockname", err)}
+		return &ValidationError{Name: s.Name, Check: "getsockname", Want: s.Address, Err: err}
 	}
-	got := sockaddrString(sa)
 	if !sameAddr(s.Address, got) {
 		return &ValidationError{Name: s.Name, Check: "getsockname", Want: s.Address, Got: got}
 	}
 	return nil
-}
-
-func sockaddrString(sa unix.Sockaddr) string {
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port)).String()
-	case *unix.SockaddrInet6:
-		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port)).String()
-	case *unix.SockaddrUnix:
-		return a.Name
-	}
-	return "?"
 }
 
 // sameAddr compares two literal addresses; a port 0 in want matches any port.
@@ -165,32 +194,83 @@ func wantAddr(network, address string) (string, bool) {
 	return netip.AddrPortFrom(ip, uint16(p)).String(), true
 }
 
-// checkOptions compares an inherited inet socket (its digest got) with what
-// cfg would create: a probe socket of the same kind gets cfg's options (never
-// bound), and the two digests must agree; the backlog is compared with cfg's,
-// clamped to net.core.somaxconn. It returns a *reuseport.OptionMismatchError
-// naming every option that differs. The probe's digest is cached per kind.
-func (u *Upgrader) checkOptions(network string, fd int, got reuseport.Digest) error {
-	dom, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
-	typ, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
-	key := network + "/" + strconv.Itoa(dom)
-	u.mu.Lock()
-	want, ok := u.wants[key]
-	u.mu.Unlock()
-	if !ok {
-		var err error
-		if want, err = probeDigest(&u.cfg.Listen, network, dom, typ); err != nil {
-			return err
-		}
-		u.mu.Lock()
-		u.wants[key] = want
-		u.mu.Unlock()
+// checkOptions compares an inherited inet socket of kind (its digest got)
+// with what cfg would create: a probe socket of the same kind and family gets
+// cfg's options (never bound), and the two digests must agree; the backlog is
+// compared with cfg's, clamped to net.core.somaxconn. It returns a
+// *reuseport.OptionMismatchError naming every option that differs. The
+// probe's digest is cached per network and family.
+func (u *Upgrader) checkOptions(network, kind string, got reuseport.Digest) error {
+	dom := unix.AF_INET
+	if value(got, "SO_DOMAIN") == "inet6" {
+		dom = unix.AF_INET6
 	}
-	mm := want.Without("backlog").Compare(got.Without("backlog"))
+	typ := sockType(kind)
+	want, err := u.want(network, dom, typ)
+	if err != nil {
+		return err
+	}
+	var mm error
+	if !sameBut(want, got, "backlog") {
+		mm = want.Without("backlog").Compare(got.Without("backlog"))
+	}
 	if typ != unix.SOCK_STREAM {
 		return mm
 	}
 	return addBacklog(mm, u.cfg.Listen.Options.Backlog, u.somaxconn(), got)
+}
+
+// sockType is the socket type of an inet kind.
+func sockType(kind string) int {
+	if kind == kindUDP {
+		return unix.SOCK_DGRAM
+	}
+	return unix.SOCK_STREAM
+}
+
+// want returns the digest of a socket that cfg would create for network and
+// family dom, from the cache or from a probe socket.
+func (u *Upgrader) want(network string, dom, typ int) (reuseport.Digest, error) {
+	key := network + "/" + strconv.Itoa(dom)
+	u.mu.Lock()
+	want, ok := u.wants[key]
+	u.mu.Unlock()
+	if ok {
+		return want, nil
+	}
+	want, err := probeDigest(&u.cfg.Listen, network, dom, typ)
+	if err != nil {
+		return want, err
+	}
+	u.mu.Lock()
+	u.wants[key] = want
+	u.mu.Unlock()
+	return want, nil
+}
+
+// value returns the value of option name in d, or "".
+func value(d reuseport.Digest, name string) string {
+	for _, v := range d.Values {
+		if v.Name == name {
+			return v.Value
+		}
+	}
+	return ""
+}
+
+// sameBut reports whether a and b list the same options with the same values
+// in the same order, except option but: the allocation-free common case of
+// Compare.
+func sameBut(a, b reuseport.Digest, but string) bool {
+	if len(a.Values) != len(b.Values) {
+		return false
+	}
+	for i, v := range a.Values {
+		if v.Name != b.Values[i].Name || (v.Value != b.Values[i].Value && v.Name != but) {
+			return false
+		}
+	}
+	return true
 }
 
 // probeDigest is the digest of an unbound socket with cfg's options.
@@ -231,12 +311,7 @@ func addBacklog(mm error, asked, somaxconn int, got reuseport.Digest) error {
 	if asked == 0 || asked > somaxconn {
 		asked = somaxconn
 	}
-	gotB := ""
-	for _, v := range got.Values {
-		if v.Name == "backlog" {
-			gotB = v.Value
-		}
-	}
+	gotB := value(got, "backlog")
 	if gotB == strconv.Itoa(asked) {
 		return mm
 	}
@@ -249,10 +324,4 @@ func addBacklog(mm error, asked, somaxconn int, got reuseport.Digest) error {
 }
 
 // sockname returns the address a socket is bound to, as a literal.
-func sockname(fd int) (string, error) {
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		return "", os.NewSyscallError("getsockname", err)
-	}
-	return sockaddrString(sa), nil
-}
+func sockname(fd int) (string, error) { return linux.Sockname(fd) }

@@ -39,11 +39,12 @@ func ReadDigest(c syscall.Conn) (Digest, error) {
 
 // String returns a short stable hash of the digest, "sha256:" and 16 hex digits.
 func (d Digest) String() string {
-	h := sha256.New()
+	b := make([]byte, 0, 512)
 	for _, v := range d.Values {
-		fmt.Fprintf(h, "%s=%s\n", v.Name, v.Value)
+		b = append(append(append(append(b, v.Name...), '='), v.Value...), '\n')
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:8])
 }
 
 // Compare returns nil when got equals d, or an *OptionMismatchError naming each

@@ -151,15 +151,15 @@ func (e *OptionError) Unwrap() error { return e.Err }
 
 // readKind reads SO_DOMAIN and SO_TYPE.
 func readKind(fd int) (kind, int, error) {
-	dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	dom, err := linux.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
 	if err != nil {
 		return kind{}, 0, os.NewSyscallError("getsockopt SO_DOMAIN", err)
 	}
-	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	typ, err := linux.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
 	if err != nil {
 		return kind{}, 0, os.NewSyscallError("getsockopt SO_TYPE", err)
 	}
-	proto, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
+	proto, err := linux.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
 	if err != nil {
 		return kind{}, 0, os.NewSyscallError("getsockopt SO_PROTOCOL", err)
 	}
@@ -178,21 +178,12 @@ func readOptions(fd int) ([]OptionValue, Options, error) {
 	if k.stream {
 		typ = "stream"
 	}
-	vals := []OptionValue{
-		{"SO_DOMAIN", familyName(k.family)}, {"SO_TYPE", typ}, {"SO_PROTOCOL", strconv.Itoa(proto)},
-	}
+	vals := make([]OptionValue, 0, 6+len(sockopts))
+	vals = append(vals, OptionValue{"SO_DOMAIN", familyName(k.family)}, OptionValue{"SO_TYPE", typ}, OptionValue{"SO_PROTOCOL", strconv.Itoa(proto)})
 	if k.stream {
-		acc, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
+		backlog, err := readBacklog(fd)
 		if err != nil {
-			return nil, eff, os.NewSyscallError("getsockopt SO_ACCEPTCONN", err)
-		}
-		backlog := 0
-		if acc == 1 {
-			_, b, err := linux.ListenQueue(fd)
-			if err != nil {
-				return nil, eff, err
-			}
-			backlog = int(b)
+			return nil, eff, err
 		}
 		eff.Backlog = backlog
 		vals = append(vals, OptionValue{"backlog", strconv.Itoa(backlog)})
@@ -202,7 +193,7 @@ func readOptions(fd int) ([]OptionValue, Options, error) {
 		if !s.applies(k) {
 			continue
 		}
-		v, err := unix.GetsockoptInt(fd, s.level, s.opt)
+		v, err := linux.GetsockoptInt(fd, s.level, s.opt)
 		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOPROTOOPT) {
 			// MPTCP sockets answer only some TCP options.
 			vals = append(vals, OptionValue{s.name, "unsupported"})
@@ -214,14 +205,14 @@ func readOptions(fd int) ([]OptionValue, Options, error) {
 		s.eff(&eff, v)
 		vals = append(vals, OptionValue{s.name, strconv.Itoa(v)})
 	}
-	dev, err := unix.GetsockoptString(fd, unix.SOL_SOCKET, unix.SO_BINDTODEVICE)
+	dev, err := linux.GetsockoptString(fd, unix.SOL_SOCKET, unix.SO_BINDTODEVICE)
 	if err != nil {
 		return nil, eff, os.NewSyscallError("getsockopt SO_BINDTODEVICE", err)
 	}
 	eff.BindToDevice = dev
 	vals = append(vals, OptionValue{"SO_BINDTODEVICE", dev})
 	if k.stream {
-		cc, err := unix.GetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+		cc, err := linux.GetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOPROTOOPT) {
 			cc, err = "unsupported", nil
 		}
@@ -232,6 +223,25 @@ func readOptions(fd int) ([]OptionValue, Options, error) {
 		vals = append(vals, OptionValue{"TCP_CONGESTION", cc})
 	}
 	return vals, eff, nil
+}
+
+// readBacklog returns a stream socket's effective backlog, 0 if it is not
+// listening. One TCP_INFO call answers both; SO_ACCEPTCONN is the fallback for
+// sockets whose TCP_INFO is not a listener's (or fails, as for some MPTCP
+// kernels).
+func readBacklog(fd int) (int, error) {
+	if info, err := linux.TCPInfo(fd); err == nil && info.State == unix.BPF_TCP_LISTEN {
+		return int(info.Sacked), nil
+	}
+	acc, err := linux.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
+	if err != nil {
+		return 0, os.NewSyscallError("getsockopt SO_ACCEPTCONN", err)
+	}
+	if acc != 1 {
+		return 0, nil
+	}
+	_, b, err := linux.ListenQueue(fd)
+	return int(b), err
 }
 
 func familyName(f int) string {

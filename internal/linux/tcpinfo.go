@@ -10,7 +10,7 @@ import (
 // reports the accept-queue length in tcpi_unacked and the effective backlog
 // (after the clamp to net.core.somaxconn) in tcpi_sacked.
 func ListenQueue(fd int) (queue, backlog uint32, err error) {
-	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	info, err := TCPInfo(fd)
 	if err != nil {
 		return 0, 0, os.NewSyscallError("getsockopt TCP_INFO", err)
 	}
