@@ -20,6 +20,7 @@ import (
 
 func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("app", appMain)
+	netnstest.RegisterHelper("rawpeer", rawpeerMain)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) {
 // Environment of the "app" helper.
 const (
 	envPath = "ZD_HANDOFF_PATH" // handoff socket
-	envMode = "ZD_MODE"         // "serve" (default), "hold", "pause"
+	envMode = "ZD_MODE"         // "serve" (default), "hold", "pause", "gate"
 	envN    = "ZD_LISTENERS"    // extra listeners "x0".."xN-1" (default 0)
 	envPID  = "ZD_PIDFILE"
 	envAddr = "ZD_ADDR" // address of "http" (default 127.0.0.1:0)
@@ -49,7 +50,8 @@ func fdCount() int {
 //
 //	ready <generation> <pid> <addr>
 //	received <generation>          (mode hold: has the fds, never Ready)
-//	paused                         (mode pause: predecessor stopped after a batch)
+//	paused                         (mode pause: predecessor stopped after a batch;
+//	                                mode gate: it waits for a line on stdin, then goes on)
 //	exit <fds now> <fds at start>
 //	error <message>
 func appMain() {
@@ -68,6 +70,10 @@ func app(base int) error {
 	mode := os.Getenv(envMode)
 	if mode == "pause" {
 		testHookBatchSent = func(int) { fmt.Println("paused"); time.Sleep(time.Hour) }
+	}
+	if mode == "gate" { // hold each batch until the test writes a line (or closes stdin)
+		in := bufio.NewReader(os.Stdin)
+		testHookBatchSent = func(int) { fmt.Println("paused"); in.ReadString('\n') }
 	}
 	if os.Getenv(envWait) != "" { // started early: wait for the go
 		fmt.Println("started")
