@@ -97,8 +97,8 @@ func TestBadBytesFromSuccessor(t *testing.T) {
 			}
 			settleFDs(t, before)
 		})
-		if st, ok, err := Observe(context.Background(), path); err != nil || !ok || st.Generation != 1 || st.Failures != 1 {
-			t.Fatalf("Observe = %+v %v %v, want generation 1 with 1 failure (the wrong ack)", st, ok, err)
+		if st, ok, err := Observe(context.Background(), path); err != nil || !ok || st.Generation != 1 || st.Failures != 2 {
+			t.Fatalf("Observe = %+v %v %v, want generation 1 with 2 failures (the successor of another version, the wrong ack)", st, ok, err)
 		}
 		next := mustReady(t, Config{Path: path}, 2)
 		defer next.Close()

@@ -101,7 +101,11 @@ func (s *server) handle(nc *net.UnixConn) {
 	}
 }
 
-// converse reads the hello and answers an observer or hands over to a successor.
+// converse reads the hello and answers an observer or hands over to a
+// successor. A successor refused for its protocol version counts as a failed
+// handoff, like one that fails during the transfer, so that Observe and
+// Upgrade report why at once (a peer refused for its uid is not: we refuse it
+// before it says what it wants).
 func (s *server) converse(c *conn, log *zap.Logger) error {
 	f, _, err := c.recv(0)
 	if err != nil {
@@ -111,7 +115,11 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 		return err
 	}
 	if f.Version != Version {
-		return &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("peer speaks version %d, we speak %d", f.Version, Version)}
+		err := &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("peer speaks version %d, we speak %d", f.Version, Version)}
+		if f.Role == roleSuccessor {
+			s.done(Result{From: s.u.gen, PID: f.PID}, err)
+		}
+		return err
 	}
 	h := s.u.hello(rolePredecessor, s.u.gen)
 	if f.Role == roleObserver {
@@ -136,6 +144,15 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 	// started after Observe reports the failure is not told "in progress".
 	s.mu.Lock()
 	s.busy.Store(false)
+	s.mu.Unlock()
+	s.done(res, err)
+	return err
+}
+
+// done records the outcome of a handoff to a successor and reports it to
+// Config.OnHandoff.
+func (s *server) done(res Result, err error) {
+	s.mu.Lock()
 	if err != nil {
 		s.last, s.fails = err.Error(), s.fails+1
 	} else {
@@ -145,7 +162,6 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 	if fn := s.u.cfg.OnHandoff; fn != nil {
 		fn(res, err)
 	}
-	return err
 }
 
 // transfer sends hello, offer and fd batches, then waits for ready.
