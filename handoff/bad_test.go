@@ -192,18 +192,24 @@ func fakePredecessor(t *testing.T, path string, script func(c *conn)) <-chan *fr
 			return
 		}
 		script(c)
-		var last *frame
-		for i := 0; i < 10; i++ {
-			f, fds, err := c.recv(0)
-			closeFDs(fds)
-			if err != nil {
-				break
-			}
-			last = f
-		}
-		out <- last
+		out <- lastFrame(c)
 	}()
 	return out
+}
+
+// lastFrame reads frames until the peer hangs up (at most 10) and returns the
+// last one, nil if none; fds that come with them are closed.
+func lastFrame(c *conn) *frame {
+	var last *frame
+	for i := 0; i < 10; i++ {
+		f, fds, err := c.recv(0)
+		closeFDs(fds)
+		if err != nil {
+			break
+		}
+		last = f
+	}
+	return last
 }
 
 // Bad bytes from a would-be predecessor: New fails with a typed error, the

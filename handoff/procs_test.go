@@ -232,15 +232,7 @@ func rawPredecessor(path, script string) error {
 	if err != nil {
 		return err
 	}
-	var last *frame // what the successor sent last, before it hung up
-	for i := 0; i < 10; i++ {
-		f, fds, err := c.recv(0)
-		closeFDs(fds)
-		if err != nil {
-			break
-		}
-		last = f
-	}
+	last := lastFrame(c) // what the successor sent last, before it hung up
 	switch {
 	case last == nil:
 		fmt.Println("told none")
@@ -313,25 +305,7 @@ func TestTwoSuccessorProcesses(t *testing.T) {
 		if _, err := gate.WriteString("go\n"); err != nil {
 			t.Fatal(err)
 		}
-		if f := first.expect(t, "ready"); f[1] != "2" || f[3] != addr {
-			t.Fatalf("first successor reports %v", f)
-		}
-		if f := old.expect(t, "exit"); f[1] != f[2] {
-			t.Fatalf("old exits with %s fds, started with %s", f[1], f[2])
-		}
-		if code := waitExit(t, old.Proc); code != 0 {
-			t.Fatalf("old exited %d", code)
-		}
-		ld.waitAnswers(t, 50)
-		ld.end()
-		ok, errs, maxGen := ld.snapshot()
-		t.Logf("%d requests answered, %d failed, last generation %d", ok, len(errs), maxGen)
-		if len(errs) != 0 {
-			t.Fatalf("%d failed requests, first: %v", len(errs), errs[0])
-		}
-		if maxGen != 2 {
-			t.Fatalf("highest generation answering: %d, want 2", maxGen)
-		}
+		tookOver(t, first, old, ld, addr)
 		first.Kill()
 	})
 }
@@ -389,25 +363,7 @@ func TestBadBytesFromSuccessorProcess(t *testing.T) {
 			})
 		}
 		next := startApp(t, path)
-		if f := next.expect(t, "ready"); f[1] != "2" || f[3] != addr {
-			t.Fatalf("successor reports %v", f)
-		}
-		if f := old.expect(t, "exit"); f[1] != f[2] {
-			t.Fatalf("old exits with %s fds, started with %s", f[1], f[2])
-		}
-		if code := waitExit(t, old.Proc); code != 0 {
-			t.Fatalf("old exited %d", code)
-		}
-		ld.waitAnswers(t, 50)
-		ld.end()
-		ok, errs, maxGen := ld.snapshot()
-		t.Logf("%d requests answered, %d failed, last generation %d", ok, len(errs), maxGen)
-		if len(errs) != 0 {
-			t.Fatalf("%d failed requests, first: %v", len(errs), errs[0])
-		}
-		if maxGen != 2 {
-			t.Fatalf("highest generation answering: %d, want 2", maxGen)
-		}
+		tookOver(t, next, old, ld, addr)
 		next.Kill()
 	})
 }
@@ -464,4 +420,30 @@ func TestBadBytesFromPredecessorProcess(t *testing.T) {
 			})
 		}
 	})
+}
+
+// tookOver checks that generation 2 (next) serves addr, that generation 1
+// (old) exited 0 with the fds it started with, and that the load, ended here,
+// had no failed request and heard from generation 2.
+func tookOver(t *testing.T, next, old *appProc, ld *load, addr string) {
+	t.Helper()
+	if f := next.expect(t, "ready"); f[1] != "2" || f[3] != addr {
+		t.Fatalf("successor reports %v", f)
+	}
+	if f := old.expect(t, "exit"); f[1] != f[2] {
+		t.Fatalf("old exits with %s fds, started with %s", f[1], f[2])
+	}
+	if code := waitExit(t, old.Proc); code != 0 {
+		t.Fatalf("old exited %d", code)
+	}
+	ld.waitAnswers(t, 50)
+	ld.end()
+	ok, errs, maxGen := ld.snapshot()
+	t.Logf("%d requests answered, %d failed, last generation %d", ok, len(errs), maxGen)
+	if len(errs) != 0 {
+		t.Fatalf("%d failed requests, first: %v", len(errs), errs[0])
+	}
+	if maxGen != 2 {
+		t.Fatalf("highest generation answering: %d, want 2", maxGen)
+	}
 }
