@@ -83,9 +83,10 @@
 // "permission", "protocol", "validation" or "internal". A peer speaking another
 // version gets code "version". An observer (see Observe, Upgrade) sends a hello
 // with "role":"observer" and receives P's hello, which then also carries
-// "failures" (handoffs that failed) and "last_error". Fields whose value is
-// zero are omitted ("uid" of root, "generation" 0, "first" 0); unknown fields
-// are ignored, so later versions may add fields. The generation in the
+// "failures" (successors refused for their version, or whose transfer failed)
+// and "last_error". Fields whose value is zero are omitted ("uid" of root,
+// "generation" 0, "first" 0); unknown fields are ignored, so later versions may
+// add fields. The generation in the
 // successor's hello is informational (0); pid and uid in hellos are
 // informational too: each side trusts only SO_PEERCRED.
 //

@@ -13,8 +13,10 @@ import (
 type Status struct {
 	Generation uint64
 	PID        int
-	// Failures counts handoffs that failed since it serves; LastError is the
-	// latest reason.
+	// Failures counts handoffs that failed since it serves: successors
+	// refused for their protocol version, or whose transfer failed (not
+	// peers refused for their uid, nor bytes that never made a hello);
+	// LastError is the latest reason.
 	Failures  uint64
 	LastError string
 }
