@@ -25,7 +25,7 @@ type contender interface {
 type spec struct {
 	name       string
 	migrateReq int    // net.ipv4.tcp_migrate_req in the run's namespace
-	bpf        bool   // needs a bpf filesystem (envBPF) for its pins
+	bpf        bool   // needs a bpf filesystem (worker.EnvBPF) for its pins
 	about      string // how it restarts, one line
 	make       func() contender
 	// check, if set, says why the contender cannot run on this machine.
@@ -34,12 +34,12 @@ type spec struct {
 
 // runEnv is what a contender gets from the run.
 type runEnv struct {
-	addr   string   // 127.0.0.1:port to serve
-	dir    string   // private directory, removed after the run
-	self   string   // this binary, re-executed for workers
-	stderr *os.File // workers' stderr: a file, since upgraded processes inherit it
-	gen    int      // last generation started
-	bpfDir string   // a bpf filesystem, for contenders that need one
+	addr      string   // 127.0.0.1:port to serve
+	dir       string   // private directory, removed after the run
+	workerBin string   // the binary run for workers (it calls worker.Main)
+	stderr    *os.File // workers' stderr: a file, since upgraded processes inherit it
+	gen       int      // last generation started
+	bpfDir    string   // a bpf filesystem, for contenders that need one
 }
 
 // nextGen returns the next generation number, as a string.

@@ -2,8 +2,17 @@
 // one strategy after another in one run, and reports what the load saw: the
 // comparative benchmark of issue 7.
 //
-//	go build -o /tmp/contenders ./cmd/contenders
+//	go build -o /tmp/ ./cmd/contenders ./cmd/zdworker
 //	sudo /tmp/contenders -c 64,256 -restarts 100 -reps 3 -o /tmp/bench-out
+//
+// The servers run from a separate binary, cmd/zdworker, that links only what
+// they need (package internal/worker), found beside contenders or named with
+// -worker. This binary also links the plotting packages, and their init
+// (GODEBUG=inittrace=1: the package init of contenders sums to about twice
+// zdworker's) is a cost a real service binary would not pay: it would sit in
+// the accept gap of the contenders that stop a process before starting the
+// next, and near every other restart. Without zdworker beside it, contenders
+// runs its workers from itself (it can serve too) and says so on stderr.
 //
 // # How it works
 //
@@ -36,7 +45,7 @@
 // contenders are skipped, with a message, when nginx is not installed.
 //
 // zerodrop: see zerodrop.go for the strategies wired in and the ones still
-// missing.
+// missing, and internal/worker for their servers.
 //
 // # Requirements
 //

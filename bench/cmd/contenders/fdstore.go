@@ -9,43 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/zerodrop/zerodrop/handoff/systemd"
-	"github.com/zerodrop/zerodrop/reuseport"
 	"golang.org/x/sys/unix"
 )
-
-func init() { workerModes["systemd"] = serveSystemd }
-
-// serveSystemd is a service restarted by systemd with its listener in the fd
-// store: it takes the listener from LISTEN_FDS (or creates it, the first
-// time), stores it (FDSTORE=1), says READY=1, and on SIGTERM drains with
-// drain.Server, which closes only its own reference.
-func serveSystemd(ctx context.Context, w *worker) error {
-	act, err := systemd.Activated()
-	if err != nil {
-		return err
-	}
-	cfg := &reuseport.Config{Migration: reuseport.MigrationIgnore, SkipUIDCheck: true}
-	var ln net.Listener
-	if act == nil {
-		ln, err = cfg.Listen(ctx, "tcp", w.addr)
-	} else {
-		defer act.Close()
-		ln, err = act.Listener(ctx, "http", "tcp", "", cfg)
-	}
-	if err != nil {
-		return err
-	}
-	n := systemd.FromEnv()
-	if err := n.Store("http", ln.(syscall.Conn)); err != nil {
-		ln.Close()
-		return err
-	}
-	return w.serveDrained(ln, func() error { return n.Ready("") }, ctx.Done())
-}
 
 // fdStore plays systemd's part in a restart through the fd store: it reads
 // FDSTORE=1 messages on a notify socket, keeps the first fd stored under each

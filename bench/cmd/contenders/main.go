@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/zerodrop/zerodrop/bench/internal/worker"
 )
 
 // options are the command's flags.
@@ -21,17 +23,22 @@ type options struct {
 	contenders  []string
 	reps        int
 	out         string
+	worker      string  // the worker binary; "" for zdworker beside this one, or this one
 	base        runSpec // Restarts, Period, Lead, Tail, Window, Timeout, KeepAlive, Rate
 }
 
 func main() {
-	workerMain()
+	worker.Main()
 	runChildMain()
 	opts, err := parseFlags(os.Args[1:])
+	if err == nil {
+		opts.worker, err = findWorker(opts.worker, os.Stderr)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "contenders:", err)
 		os.Exit(2)
 	}
+	workerBin = opts.worker
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := bench(ctx, opts, os.Stdout); err != nil {
@@ -47,6 +54,7 @@ func parseFlags(args []string) (options, error) {
 	only := fs.String("only", "", "contenders to run, comma-separated (default: all)")
 	fs.IntVar(&o.reps, "reps", 1, "repetitions")
 	fs.StringVar(&o.out, "o", "bench-out", "output `directory`")
+	fs.StringVar(&o.worker, "worker", "", "the worker `path`: a binary that calls worker.Main (default: "+workerName+" beside this binary, else this binary)")
 	fs.IntVar(&o.base.Restarts, "restarts", 100, "restarts per run")
 	fs.DurationVar(&o.base.Period, "period", 300*time.Millisecond, "steady load after each restart ends, before the next")
 	fs.DurationVar(&o.base.Lead, "lead", 700*time.Millisecond, "steady load before the first restart")
@@ -79,6 +87,38 @@ func parseFlags(args []string) (options, error) {
 	return o, nil
 }
 
+// workerName is the lean worker binary, cmd/zdworker.
+const workerName = "zdworker"
+
+// findWorker returns the absolute path of the worker binary: path if set
+// (which must exist), else workerName in the directory of this executable,
+// else this executable itself, with a note on stderr.
+func findWorker(path string, stderr io.Writer) (string, error) {
+	if path != "" {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return "", fmt.Errorf("-worker: %w", err)
+		}
+		if fi, err := os.Stat(abs); err != nil {
+			return "", fmt.Errorf("-worker: %w", err)
+		} else if fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("-worker: %s is not an executable file", abs)
+		}
+		return abs, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	lean := filepath.Join(filepath.Dir(self), workerName)
+	if fi, err := os.Stat(lean); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+		return lean, nil
+	}
+	fmt.Fprintf(stderr, "contenders: no %s beside this binary (go build -o %s/ ./cmd/zdworker); workers run from %s, with the plotting packages' init\n",
+		workerName, filepath.Dir(self), self)
+	return self, nil
+}
+
 func contains(list []string, s string) bool {
 	for _, v := range list {
 		if strings.TrimSpace(v) == s {
@@ -100,6 +140,7 @@ func bench(ctx context.Context, o options, w io.Writer) error {
 		return err
 	}
 	defer logf.Close()
+	fmt.Fprintln(w, "workers:", o.worker)
 	start := time.Now()
 	var all []runResult
 	for rep := 1; rep <= o.reps; rep++ {
@@ -122,7 +163,8 @@ func bench(ctx context.Context, o options, w io.Writer) error {
 			}
 		}
 	}
-	return writeSummary(o.out, machine(os.Args, time.Since(start)), all)
+	header := machine(os.Args, time.Since(start)) + "\nWorkers: `" + o.worker + "`\n"
+	return writeSummary(o.out, header, all)
 }
 
 // saveRun writes a run's JSON and plot.

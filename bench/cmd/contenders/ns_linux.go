@@ -18,8 +18,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// envRun carries a runSpec, as JSON, to the child that runs it.
-const envRun = "ZD_BENCH_RUN"
+// envRun carries a runSpec, as JSON, to the child that runs it, and
+// envWorkerBin the worker binary (workerBin).
+const (
+	envRun       = "ZD_BENCH_RUN"
+	envWorkerBin = "ZD_BENCH_WORKER_BIN"
+)
+
+// workerBin is the binary that workers run from (cmd/zdworker, the lean one);
+// "" for this binary, which can serve too.
+var workerBin string
 
 // mountNS is set in a run child, which has a mount namespace of its own.
 var mountNS bool
@@ -41,6 +49,9 @@ func spawnRun(ctx context.Context, s runSpec, stderr io.Writer) (runResult, erro
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, self)
 	cmd.Env = append(os.Environ(), envRun+"="+string(b))
+	if workerBin != "" {
+		cmd.Env = append(cmd.Env, envWorkerBin+"="+workerBin)
+	}
 	cmd.Stdout, cmd.Stderr = &out, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
@@ -64,6 +75,8 @@ func runChildMain() {
 		return
 	}
 	os.Unsetenv(envRun) // not for the workers
+	workerBin = os.Getenv(envWorkerBin)
+	os.Unsetenv(envWorkerBin)
 	mountNS = true
 	var s runSpec
 	if err := json.Unmarshal([]byte(v), &s); err != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/zerodrop/zerodrop/bench/internal/worker"
 )
 
 const (
@@ -19,10 +21,10 @@ const (
 )
 
 // readyTimeout bounds the wait for a worker to serve, and exitTimeout the
-// wait for one to exit after SIGTERM (beyond shutdownTimeout).
+// wait for one to exit after SIGTERM (beyond worker.ShutdownTimeout).
 const (
 	readyTimeout = 10 * time.Second
-	exitTimeout  = shutdownTimeout + 5*time.Second
+	exitTimeout  = worker.ShutdownTimeout + 5*time.Second
 )
 
 // proc is a worker process this run started, or adopted after its parent
@@ -44,12 +46,13 @@ func (e *runEnv) startWorker(ctx context.Context, mode, gen string, env []string
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(e.self)
+	cmd := exec.Command(e.workerBin)
 	if len(files) > 0 {
-		cmd = exec.Command("/bin/sh", "-c", `export LISTEN_PID=$$; exec "$0"`, e.self)
+		cmd = exec.Command("/bin/sh", "-c", `export LISTEN_PID=$$; exec "$0"`, e.workerBin)
 		cmd.ExtraFiles = files
 	}
-	cmd.Env = append(os.Environ(), envRole+"="+mode, envAddr+"="+e.addr, envGen+"="+gen, envDir+"="+e.dir, envBPF+"="+e.bpfDir)
+	cmd.Env = append(os.Environ(), worker.EnvRole+"="+mode, worker.EnvAddr+"="+e.addr, worker.EnvGen+"="+gen,
+		worker.EnvDir+"="+e.dir, worker.EnvBPF+"="+e.bpfDir)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = w, e.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

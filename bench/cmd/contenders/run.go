@@ -93,11 +93,13 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 		return err
 	}
 	defer os.RemoveAll(dir)
-	self, err := os.Executable()
-	if err != nil {
-		return err
+	bin := workerBin
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return err
+		}
 	}
-	env := &runEnv{addr: "127.0.0.1:" + strconv.Itoa(benchPort), dir: dir, self: self, stderr: stderr}
+	env := &runEnv{addr: "127.0.0.1:" + strconv.Itoa(benchPort), dir: dir, workerBin: bin, stderr: stderr}
 	if sp.bpf {
 		if env.bpfDir, err = mountBPF(dir); err != nil {
 			return fmt.Errorf("%s: %w", sp.name, err)

@@ -1,4 +1,9 @@
-package main
+// Package worker is the server side of cmd/contenders: every server the
+// benchmark restarts is a process running Main, with the mode and its
+// parameters in the environment. It links only what servers need (no
+// plotting), so that cmd/zdworker, the lean binary the harness runs its
+// workers from, starts as fast as a real service binary would.
+package worker
 
 import (
 	"context"
@@ -14,25 +19,33 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The environment of a worker process: the binary re-executed with envRole set
-// runs a server instead of the benchmark.
+// The environment of a worker process: a binary that calls Main, run with
+// EnvRole set, runs a server instead of what it would otherwise do.
 const (
-	envRole = "ZD_BENCH_WORKER" // the worker mode, a key of workerModes
-	envAddr = "ZD_BENCH_ADDR"   // the address to serve
-	envGen  = "ZD_BENCH_GEN"    // the generation, sent back in X-Generation
-	envDir  = "ZD_BENCH_DIR"    // a private directory (pid files, sockets)
-	envBPF  = "ZD_BENCH_BPF"    // a bpf filesystem for pins, or ""
+	EnvRole = "ZD_BENCH_WORKER" // the worker mode, a key of modes
+	EnvAddr = "ZD_BENCH_ADDR"   // the address to serve
+	EnvGen  = "ZD_BENCH_GEN"    // the generation, sent back in X-Generation
+	EnvDir  = "ZD_BENCH_DIR"    // a private directory (pid files, sockets)
+	EnvBPF  = "ZD_BENCH_BPF"    // a bpf filesystem for pins, or ""
 )
 
-// shutdownTimeout bounds a worker's graceful shutdown.
-const shutdownTimeout = 5 * time.Second
+// ShutdownTimeout bounds a worker's graceful shutdown.
+const ShutdownTimeout = 5 * time.Second
 
-// workerModes are the servers a worker process can run. Each serves until
-// ctx ends (SIGTERM or SIGINT), then shuts down its way.
-var workerModes = map[string]func(ctx context.Context, w *worker) error{
+// parentTimeout bounds a tableflip worker's wait for its parent to exit
+// before it upgrades (the harness's readyTimeout).
+const parentTimeout = 10 * time.Second
+
+// modes are the servers a worker process can run. Each serves until ctx ends
+// (SIGTERM or SIGINT), then shuts down its way.
+var modes = map[string]func(ctx context.Context, w *worker) error{
 	"plain":     servePlain,
 	"reuseport": serveReuseport,
 	"tableflip": serveTableflip,
+	"drain":     serveDrain,
+	"handoff":   serveHandoff,
+	"steer":     serveSteer,
+	"systemd":   serveSystemd,
 }
 
 // worker is what a worker mode gets from its environment.
@@ -41,20 +54,20 @@ type worker struct {
 	sigs           chan os.Signal // every signal but SIGTERM and SIGINT
 }
 
-// workerMain runs the worker mode named by envRole and exits, or returns if
-// this process is not a worker. Call it first in main and TestMain.
-func workerMain() {
-	mode := os.Getenv(envRole)
+// Main runs the worker mode named by EnvRole and exits, or returns if this
+// process is not a worker. Call it first in main (and TestMain).
+func Main() {
+	mode := os.Getenv(EnvRole)
 	if mode == "" {
 		return
 	}
-	serve, ok := workerModes[mode]
+	serve, ok := modes[mode]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "worker: unknown mode %q\n", mode)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	w := &worker{addr: os.Getenv(envAddr), gen: os.Getenv(envGen), dir: os.Getenv(envDir),
+	w := &worker{addr: os.Getenv(EnvAddr), gen: os.Getenv(EnvGen), dir: os.Getenv(EnvDir),
 		sigs: make(chan os.Signal, 1)}
 	if w.gen == "" {
 		w.gen = strconv.Itoa(os.Getpid()) // processes that upgrade themselves
@@ -101,10 +114,10 @@ func (w *worker) serveUntil(ctx context.Context, ln net.Listener) error {
 	return shutdown(srv, done)
 }
 
-// shutdown calls srv.Shutdown, bounded by shutdownTimeout, and waits for
+// shutdown calls srv.Shutdown, bounded by ShutdownTimeout, and waits for
 // Serve (whose result done carries) to return.
 func shutdown(srv *http.Server, done <-chan error) error {
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	err := srv.Shutdown(sctx)
 	if err != nil {
