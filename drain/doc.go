@@ -26,7 +26,15 @@
 // that completes its handshake between the last empty check and close, and
 // handshakes still in progress at close, are reset by the kernel; a sibling
 // with migration off keeps receiving its share of new connections until close.
-// A Steerer (an eBPF program, package reuseport/steer) closes that window.
+// With MethodMigrate, a handshake that completes on another CPU while the stop
+// runs can still be reset: the kernel saw the listener listening when the
+// client's ACK arrived, and finds it stopped when it queues the new
+// connection, so it neither migrates nor counts TCPMigrateReqFailure; only
+// Tcp.OutRsts and Tcp.EstabResets (and Report.OutRsts) show it. Rare: the
+// restart benchmark (bench/cmd/contenders, zd-drain) meets it about once in 100
+// rolls at some 7000 new connections per second. A Steerer (an eBPF program,
+// package reuseport/steer) closes both windows: the member gets no new
+// connection before it stops.
 //
 // # The report
 //
