@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
 )
@@ -115,7 +116,7 @@ func TestThousandListeners(t *testing.T) {
 		defer old.Close()
 		addrs := make([]string, n)
 		for i, s := range old.socks {
-			addrs[i], _ = sockname(s.fd)
+			addrs[i], _ = linux.Sockname(s.fd)
 		}
 		lns := make([]net.Listener, n)
 		handover(t, old, Config{Path: path}, func(u *Upgrader) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -168,7 +169,7 @@ func (u *Upgrader) adopt(s *socket, network string) (*obtained, error) {
 // bound.
 func (s *socket) describe() error {
 	if s.info.Address == "" {
-		addr, err := sockname(s.fd)
+		addr, err := linux.Sockname(s.fd)
 		if err != nil {
 			return err
 		}

@@ -322,6 +322,3 @@ func addBacklog(mm error, asked, somaxconn int, got reuseport.Digest) error {
 	e.Diffs = append(e.Diffs, reuseport.OptionDiff{Option: "backlog", Want: strconv.Itoa(asked), Got: gotB})
 	return e
 }
-
-// sockname returns the address a socket is bound to, as a literal.
-func sockname(fd int) (string, error) { return linux.Sockname(fd) }
