@@ -42,6 +42,15 @@ type runEnv struct {
 	bpfDir    string   // a bpf filesystem, for contenders that need one
 }
 
+// binFor returns the binary that runs worker mode: workerBin-mode if it
+// exists (cmd/zdworker-steer beside cmd/zdworker), else workerBin.
+func (e *runEnv) binFor(mode string) string {
+	if b := e.workerBin + "-" + mode; isExec(b) {
+		return b
+	}
+	return e.workerBin
+}
+
 // nextGen returns the next generation number, as a string.
 func (e *runEnv) nextGen() string {
 	e.gen++

@@ -2,17 +2,21 @@
 // one strategy after another in one run, and reports what the load saw: the
 // comparative benchmark of issue 7.
 //
-//	go build -o /tmp/ ./cmd/contenders ./cmd/zdworker
+//	go build -o /tmp/ ./cmd/contenders ./cmd/zdworker ./cmd/zdworker-steer ./cmd/zdworker-tableflip
 //	sudo /tmp/contenders -c 64,256 -restarts 100 -reps 3 -o /tmp/bench-out
 //
-// The servers run from a separate binary, cmd/zdworker, that links only what
-// they need (package internal/worker), found beside contenders or named with
-// -worker. This binary also links the plotting packages, and their init
-// (GODEBUG=inittrace=1: the package init of contenders sums to about twice
-// zdworker's) is a cost a real service binary would not pay: it would sit in
-// the accept gap of the contenders that stop a process before starting the
-// next, and near every other restart. Without zdworker beside it, contenders
-// runs its workers from itself (it can serve too) and says so on stderr.
+// The servers run from separate binaries that link only what they need, as a
+// real service binary would: cmd/zdworker (package internal/worker) for most,
+// cmd/zdworker-steer for zd-steer (the only one linking the eBPF library) and
+// cmd/zdworker-tableflip for tableflip, found beside contenders or named with
+// -worker (its companions are used if they sit beside it, named path-steer
+// and path-tableflip). This binary also links the plotting packages, and
+// package init is paid at every process start here (a Go hello-world takes
+// 10 ms to fork, exec and exit on this VM, zdworker 15, a zdworker that also
+// links the eBPF library 19): it would sit in the accept gap of the
+// contenders that stop a process before starting the next, and near every
+// other restart. Without the worker binaries beside it, contenders runs its
+// workers from itself (it can serve too) and says so on stderr.
 //
 // # How it works
 //

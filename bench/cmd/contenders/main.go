@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/bench/internal/worker"
+	_ "github.com/zerodrop/zerodrop/bench/internal/worker/flipworker"
+	_ "github.com/zerodrop/zerodrop/bench/internal/worker/steerworker"
 )
 
 // options are the command's flags.
@@ -87,21 +89,25 @@ func parseFlags(args []string) (options, error) {
 	return o, nil
 }
 
-// workerName is the lean worker binary, cmd/zdworker.
+// workerName is the lean worker binary, cmd/zdworker. The worker modes that
+// link more (eBPF, tableflip) run from the binaries beside it named
+// workerName-mode: cmd/zdworker-steer and cmd/zdworker-tableflip.
 const workerName = "zdworker"
 
+// workerSuffixes are the modes that run from workerName-mode.
+var workerSuffixes = []string{"steer", "tableflip"}
+
 // findWorker returns the absolute path of the worker binary: path if set
-// (which must exist), else workerName in the directory of this executable,
-// else this executable itself, with a note on stderr.
+// (which must exist), else workerName in the directory of this executable if
+// its companions are there too, else this executable itself, with a note on
+// stderr.
 func findWorker(path string, stderr io.Writer) (string, error) {
 	if path != "" {
 		abs, err := filepath.Abs(path)
 		if err != nil {
 			return "", fmt.Errorf("-worker: %w", err)
 		}
-		if fi, err := os.Stat(abs); err != nil {
-			return "", fmt.Errorf("-worker: %w", err)
-		} else if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		if !isExec(abs) {
 			return "", fmt.Errorf("-worker: %s is not an executable file", abs)
 		}
 		return abs, nil
@@ -110,13 +116,30 @@ func findWorker(path string, stderr io.Writer) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	lean := filepath.Join(filepath.Dir(self), workerName)
-	if fi, err := os.Stat(lean); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+	dir := filepath.Dir(self)
+	lean := filepath.Join(dir, workerName)
+	var missing, pkgs []string
+	for _, b := range append([]string{""}, workerSuffixes...) {
+		name := workerName
+		if b != "" {
+			name += "-" + b
+		}
+		if !isExec(filepath.Join(dir, name)) {
+			missing, pkgs = append(missing, name), append(pkgs, "./cmd/"+name)
+		}
+	}
+	if len(missing) == 0 {
 		return lean, nil
 	}
-	fmt.Fprintf(stderr, "contenders: no %s beside this binary (go build -o %s/ ./cmd/zdworker); workers run from %s, with the plotting packages' init\n",
-		workerName, filepath.Dir(self), self)
+	fmt.Fprintf(stderr, "contenders: no %s beside this binary (go build -o %s/ %s); workers run from %s, with the plotting packages' init\n",
+		strings.Join(missing, ", "), dir, strings.Join(pkgs, " "), self)
 	return self, nil
+}
+
+// isExec says whether path is an executable file.
+func isExec(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 }
 
 func contains(list []string, s string) bool {

@@ -39,20 +39,20 @@ type proc struct {
 
 // startWorker starts the worker mode in a new process and waits until it
 // serves. gen "" lets the worker use its pid as generation. files, if any,
-// are passed as fds 3 and up, with LISTEN_PID set to the worker's pid (by a
-// shell that execs it), as systemd does.
+// are passed as fds 3 and up, and the worker sets LISTEN_PID to its own pid
+// first thing (worker.EnvListenPIDSelf), as if systemd had set it.
 func (e *runEnv) startWorker(ctx context.Context, mode, gen string, env []string, files ...*os.File) (*proc, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(e.workerBin)
-	if len(files) > 0 {
-		cmd = exec.Command("/bin/sh", "-c", `export LISTEN_PID=$$; exec "$0"`, e.workerBin)
-		cmd.ExtraFiles = files
-	}
+	cmd := exec.Command(e.binFor(mode))
 	cmd.Env = append(os.Environ(), worker.EnvRole+"="+mode, worker.EnvAddr+"="+e.addr, worker.EnvGen+"="+gen,
 		worker.EnvDir+"="+e.dir, worker.EnvBPF+"="+e.bpfDir)
+	if len(files) > 0 {
+		cmd.ExtraFiles = files
+		cmd.Env = append(cmd.Env, worker.EnvListenPIDSelf+"=1")
+	}
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = w, e.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -6,7 +6,7 @@
 // harness's: that init sits in the accept gap of the contenders that stop a
 // process before starting the next.
 //
-//	go build -o /tmp/ ./cmd/contenders ./cmd/zdworker
+//	go build -o /tmp/ ./cmd/contenders ./cmd/zdworker ./cmd/zdworker-steer ./cmd/zdworker-tableflip
 //
 // contenders runs /tmp/zdworker, beside itself, unless told otherwise with
 // -worker. Run by hand without ZD_BENCH_WORKER, zdworker exits with status 2.

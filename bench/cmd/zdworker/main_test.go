@@ -7,7 +7,8 @@ import (
 )
 
 // The worker binary stays lean: none of the harness's plotting, nor the
-// harness itself, is linked in.
+// harness itself, nor the eBPF library or tableflip (which only their own
+// worker binaries link), is linked in.
 func TestLean(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -19,7 +20,8 @@ func TestLean(t *testing.T) {
 	}
 	for _, pkg := range strings.Fields(string(out)) {
 		for _, bad := range []string{"gonum.org/", "codeberg.org/", "git.sr.ht/", "github.com/ajstarks/", "github.com/golang/freetype",
-			"golang.org/x/image", "github.com/HdrHistogram/", "/bench/cmd/contenders", "/internal/load"} {
+			"golang.org/x/image", "github.com/HdrHistogram/", "/bench/cmd/contenders", "/internal/load",
+			"github.com/cilium/ebpf", "github.com/cloudflare/tableflip", "/reuseport/steer"} {
 			if strings.Contains(pkg, bad) {
 				t.Errorf("zdworker links %s", pkg)
 			}

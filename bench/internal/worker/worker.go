@@ -27,31 +27,41 @@ const (
 	EnvGen  = "ZD_BENCH_GEN"    // the generation, sent back in X-Generation
 	EnvDir  = "ZD_BENCH_DIR"    // a private directory (pid files, sockets)
 	EnvBPF  = "ZD_BENCH_BPF"    // a bpf filesystem for pins, or ""
+
+	// EnvListenPIDSelf, when set, has a systemd worker set LISTEN_PID to its
+	// own pid before it reads LISTEN_FDS. systemd sets it in the child
+	// between fork and exec; os/exec cannot, and a shell that exports $$
+	// and execs the worker costs one more exec (3-4 ms here) that a service
+	// started by systemd does not pay.
+	EnvListenPIDSelf = "ZD_BENCH_LISTEN_PID_SELF"
 )
 
 // ShutdownTimeout bounds a worker's graceful shutdown.
 const ShutdownTimeout = 5 * time.Second
 
-// parentTimeout bounds a tableflip worker's wait for its parent to exit
-// before it upgrades (the harness's readyTimeout).
-const parentTimeout = 10 * time.Second
-
-// modes are the servers a worker process can run. Each serves until ctx ends
+// Mode is a server a worker process can run. It serves until ctx ends
 // (SIGTERM or SIGINT), then shuts down its way.
-var modes = map[string]func(ctx context.Context, w *worker) error{
+type Mode func(ctx context.Context, w *Worker) error
+
+// modes are the worker modes this binary can run: those of this package, and
+// those Registered by the packages it links (internal/worker/steer and
+// internal/worker/tableflip, kept apart so that a worker that does not need
+// their dependencies does not pay their package init at every start).
+var modes = map[string]Mode{
 	"plain":     servePlain,
 	"reuseport": serveReuseport,
-	"tableflip": serveTableflip,
 	"drain":     serveDrain,
 	"handoff":   serveHandoff,
-	"steer":     serveSteer,
 	"systemd":   serveSystemd,
 }
 
-// worker is what a worker mode gets from its environment.
-type worker struct {
-	addr, gen, dir string
-	sigs           chan os.Signal // every signal but SIGTERM and SIGINT
+// Register adds a worker mode. Call it from an init function.
+func Register(name string, m Mode) { modes[name] = m }
+
+// Worker is what a worker mode gets from its environment.
+type Worker struct {
+	Addr, Gen, Dir string
+	Sigs           chan os.Signal // every signal but SIGTERM and SIGINT
 }
 
 // Main runs the worker mode named by EnvRole and exits, or returns if this
@@ -67,56 +77,56 @@ func Main() {
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	w := &worker{addr: os.Getenv(EnvAddr), gen: os.Getenv(EnvGen), dir: os.Getenv(EnvDir),
-		sigs: make(chan os.Signal, 1)}
-	if w.gen == "" {
-		w.gen = strconv.Itoa(os.Getpid()) // processes that upgrade themselves
+	w := &Worker{Addr: os.Getenv(EnvAddr), Gen: os.Getenv(EnvGen), Dir: os.Getenv(EnvDir),
+		Sigs: make(chan os.Signal, 1)}
+	if w.Gen == "" {
+		w.Gen = strconv.Itoa(os.Getpid()) // processes that upgrade themselves
 	}
-	signal.Notify(w.sigs, syscall.SIGHUP, syscall.SIGUSR2)
+	signal.Notify(w.Sigs, syscall.SIGHUP, syscall.SIGUSR2)
 	err := serve(ctx, w)
 	stop()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "worker %s gen %s: %v\n", mode, w.gen, err)
+		fmt.Fprintf(os.Stderr, "worker %s gen %s: %v\n", mode, w.Gen, err)
 		os.Exit(1)
 	}
 	os.Exit(0)
 }
 
-// ready tells the parent that this process serves: "ready <pid> <gen>" on
+// Ready tells the parent that this process serves: "ready <pid> <gen>" on
 // stdout, which the parent reads line by line.
-func (w *worker) ready() { fmt.Printf("ready %d %s\n", os.Getpid(), w.gen) }
+func (w *Worker) Ready() { fmt.Printf("ready %d %s\n", os.Getpid(), w.Gen) }
 
 // handler answers every request with "ok" and the worker's generation.
-func (w *worker) handler() http.Handler {
+func (w *Worker) handler() http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
-		rw.Header().Set("X-Generation", w.gen)
+		rw.Header().Set("X-Generation", w.Gen)
 		rw.Write([]byte("ok\n"))
 	})
 }
 
-// newServer is the plain http.Server every Go contender runs.
-func newServer(w *worker) *http.Server {
+// NewServer returns the plain http.Server every Go contender runs.
+func (w *Worker) NewServer() *http.Server {
 	return &http.Server{Handler: w.handler(), ReadHeaderTimeout: 5 * time.Second}
 }
 
 // serveUntil serves ln with a plain http.Server until ctx ends, then calls
 // Shutdown, as most Go servers do.
-func (w *worker) serveUntil(ctx context.Context, ln net.Listener) error {
-	srv := newServer(w)
+func (w *Worker) serveUntil(ctx context.Context, ln net.Listener) error {
+	srv := w.NewServer()
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
-	w.ready()
+	w.Ready()
 	select {
 	case err := <-done:
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	return shutdown(srv, done)
+	return Shutdown(srv, done)
 }
 
-// shutdown calls srv.Shutdown, bounded by ShutdownTimeout, and waits for
+// Shutdown calls srv.Shutdown, bounded by ShutdownTimeout, and waits for
 // Serve (whose result done carries) to return.
-func shutdown(srv *http.Server, done <-chan error) error {
+func Shutdown(srv *http.Server, done <-chan error) error {
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	err := srv.Shutdown(sctx)
@@ -129,8 +139,8 @@ func shutdown(srv *http.Server, done <-chan error) error {
 
 // servePlain listens with net.Listen, as most Go programs do (Go 1.24+ makes
 // it an MPTCP socket; the load's clients are plain TCP).
-func servePlain(ctx context.Context, w *worker) error {
-	ln, err := net.Listen("tcp", w.addr)
+func servePlain(ctx context.Context, w *Worker) error {
+	ln, err := net.Listen("tcp", w.Addr)
 	if err != nil {
 		return err
 	}
@@ -141,9 +151,9 @@ func servePlain(ctx context.Context, w *worker) error {
 // net.ListenConfig whose Control sets the option (Go's defaults otherwise,
 // so MPTCP since Go 1.24), and shuts down like any Go server:
 // http.Server.Shutdown.
-func serveReuseport(ctx context.Context, w *worker) error {
+func serveReuseport(ctx context.Context, w *Worker) error {
 	lc := net.ListenConfig{Control: setReusePort}
-	ln, err := lc.Listen(ctx, "tcp", w.addr)
+	ln, err := lc.Listen(ctx, "tcp", w.Addr)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,8 @@
-package worker
+// Package flipworker adds the worker mode "tableflip" (a server upgraded by
+// github.com/cloudflare/tableflip) to the binaries that link it: cmd/contenders
+// and cmd/zdworker-tableflip. It is apart so that other workers do not link
+// tableflip.
+package flipworker
 
 import (
 	"context"
@@ -8,25 +12,33 @@ import (
 	"time"
 
 	"github.com/cloudflare/tableflip"
+
+	"github.com/zerodrop/zerodrop/bench/internal/worker"
 )
 
 // serveTableflip serves with github.com/cloudflare/tableflip: on SIGHUP the
 // process upgrades itself (the new process inherits the listening socket and
 // signals readiness), then shuts down with http.Server.Shutdown.
-func serveTableflip(ctx context.Context, w *worker) error {
+func init() { worker.Register("tableflip", serveTableflip) }
+
+// parentTimeout bounds a tableflip worker's wait for its parent to exit
+// before it upgrades (the harness's readyTimeout).
+const parentTimeout = 10 * time.Second
+
+func serveTableflip(ctx context.Context, w *worker.Worker) error {
 	upg, err := tableflip.New(tableflip.Options{
 		UpgradeTimeout: 10 * time.Second,
-		PIDFile:        filepath.Join(w.dir, "tableflip.pid"),
+		PIDFile:        filepath.Join(w.Dir, "tableflip.pid"),
 	})
 	if err != nil {
 		return err
 	}
 	defer upg.Stop()
-	ln, err := upg.Listen("tcp", w.addr)
+	ln, err := upg.Listen("tcp", w.Addr)
 	if err != nil {
 		return err
 	}
-	srv := newServer(w)
+	srv := w.NewServer()
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	if err := upg.Ready(); err != nil {
@@ -34,10 +46,10 @@ func serveTableflip(ctx context.Context, w *worker) error {
 		<-done
 		return err
 	}
-	w.ready()
+	w.Ready()
 	for {
 		select {
-		case <-w.sigs:
+		case <-w.Sigs:
 			// A process refuses to upgrade until it has seen its parent exit.
 			wctx, cancel := context.WithTimeout(ctx, parentTimeout)
 			err := upg.WaitForParent(wctx)
@@ -49,9 +61,9 @@ func serveTableflip(ctx context.Context, w *worker) error {
 				fmt.Fprintf(os.Stderr, "tableflip %d: upgrade: %v\n", os.Getpid(), err)
 			}
 		case <-upg.Exit():
-			return shutdown(srv, done)
+			return worker.Shutdown(srv, done)
 		case <-ctx.Done():
-			return shutdown(srv, done)
+			return worker.Shutdown(srv, done)
 		case err := <-done:
 			return fmt.Errorf("serve: %w", err)
 		}
