@@ -30,9 +30,11 @@
 // runs can still be reset: the kernel saw the listener listening when the
 // client's ACK arrived, and finds it stopped when it queues the new
 // connection, so it neither migrates nor counts TCPMigrateReqFailure; only
-// Tcp.OutRsts and Tcp.EstabResets (and Report.OutRsts) show it. Rare: the
-// restart benchmark (bench/cmd/contenders, zd-drain) meets it about once in 100
-// rolls at some 7000 new connections per second. A Steerer (an eBPF program,
+// Tcp.OutRsts and Tcp.EstabResets show it (Report.OutRsts too when the reset
+// goes out before the stop reads the counters again). Rare: the restart
+// benchmark (bench/cmd/contenders, zd-drain) meets it 1 to 2 times in 600
+// rolls, and once in 1200, at 7000-8000 new connections per second over four
+// members. A Steerer (an eBPF program,
 // package reuseport/steer) closes both windows: the member gets no new
 // connection before it stops.
 //

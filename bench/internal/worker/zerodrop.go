@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -88,7 +89,7 @@ func serveSystemd(ctx context.Context, w *Worker) error {
 // ServeDrained serves ln with a drain.Server, calls ready, says it is ready,
 // and drains when stop closes.
 func (w *Worker) ServeDrained(ln net.Listener, ready func() error, stop <-chan struct{}, opts ...drain.Options) error {
-	ds := &drain.Server{HTTP: w.NewServer()}
+	ds := &drain.Server{HTTP: w.NewServer(), OnReport: logNotable}
 	if len(opts) > 0 {
 		ds.Listener = opts[0]
 	}
@@ -112,4 +113,18 @@ func (w *Worker) ServeDrained(ln net.Listener, ready func() error, stop <-chan s
 		err = serr
 	}
 	return err
+}
+
+// logNotable writes a drain report to stderr (the run's workers.log) when it
+// shows anything but a clean drain: connections not accounted for, failed
+// migrations, resets sent during the stop, errors, connections closed
+// without a request or at the deadline.
+func logNotable(r *drain.Report) {
+	h := r.HTTP
+	if r.Remainder == 0 && r.MigrateFailed == 0 && r.OutRsts == 0 && len(r.Errors) == 0 &&
+		(h == nil || (h.SilentClosed == 0 && len(h.Forced) == 0)) {
+		return
+	}
+	b, _ := json.Marshal(r)
+	fmt.Fprintf(os.Stderr, "drain report %d %s\n", os.Getpid(), b)
 }
