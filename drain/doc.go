@@ -32,9 +32,8 @@
 // connection, so it neither migrates nor counts TCPMigrateReqFailure; only
 // Tcp.OutRsts and Tcp.EstabResets show it (Report.OutRsts too when the reset
 // goes out before the stop reads the counters again). Rare: the restart
-// benchmark (bench/cmd/contenders, zd-drain) meets it 1 to 2 times in 600
-// rolls, and once in 1200, at 7000-8000 new connections per second over four
-// members. A Steerer (an eBPF program,
+// benchmark (bench/cmd/contenders, zd-drain) meets it about once in 400 rolls
+// (9 in 3,600) at 7000-8000 new connections per second over four members. A Steerer (an eBPF program,
 // package reuseport/steer) closes both windows: the member gets no new
 // connection before it stops.
 //
