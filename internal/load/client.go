@@ -63,6 +63,9 @@ func (c *rawClient) do(ctx context.Context) (string, error) {
 		return "", err
 	}
 	hv, reuse, err := c.exchange(ctx, conn)
+	if err != nil {
+		err = &localError{err: err, local: conn.LocalAddr().String()}
+	}
 	if err == nil && reuse && c.keep {
 		select {
 		case c.idle <- conn:
@@ -182,3 +185,13 @@ func (c *httpClient) do(ctx context.Context) (string, error) {
 }
 
 func (c *httpClient) close() { c.tr.CloseIdleConnections() }
+
+// localError is a failed exchange on a connection, with the connection's
+// local address: the one thing that finds it in a capture or a server log.
+type localError struct {
+	err   error
+	local string
+}
+
+func (e *localError) Error() string { return e.err.Error() + " (local " + e.local + ")" }
+func (e *localError) Unwrap() error { return e.err }

@@ -145,6 +145,19 @@ func TestClassification(t *testing.T) {
 					t.Errorf("requests %d failed %d by class %v errors %v; want 6 %s",
 						res.Requests, res.Failed, res.FailedByClass, res.Errors, s.want)
 				}
+				// Every failure is detailed; the raw client names its
+				// local address once it has a connection.
+				if len(res.Failures) != 6 {
+					t.Fatalf("%d failures detailed, want 6: %+v", len(res.Failures), res.Failures)
+				}
+				for _, f := range res.Failures {
+					local := strings.Contains(f.Error, "(local 127.0.0.1:")
+					if f.Class != s.want || f.AtMS < 0 || f.TookMS < 0 || f.AtMS+f.TookMS > res.DurationMS+1 ||
+						local != (!m.transport && s.want != Refused) {
+						t.Errorf("failure %+v: want class %s, times within the run (%v ms), local address named %v",
+							f, s.want, res.DurationMS, !m.transport && s.want != Refused)
+					}
+				}
 			})
 		}
 	}

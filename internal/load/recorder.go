@@ -136,6 +136,13 @@ func (r *recorder) done(i int, lat time.Duration, c Class, hv string, err error)
 			}
 			r.res.Errors[c] = err.Error()
 		}
+		if len(r.res.Failures) < MaxFailures {
+			f := Failure{AtMS: ms(r.clock() - lat), TookMS: ms(lat), Class: c}
+			if err != nil {
+				f.Error = err.Error()
+			}
+			r.res.Failures = append(r.res.Failures, f)
+		}
 	}
 	r.seal(r.clock(), false)
 }

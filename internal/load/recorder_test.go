@@ -152,3 +152,25 @@ func TestRecorderMarkBounds(t *testing.T) {
 		}
 	}
 }
+
+// Failures keeps the first MaxFailures failed requests: when each was sent,
+// how long it took, its class and error.
+func TestRecorderFailures(t *testing.T) {
+	r, now := fakeRecorder()
+	send(r, now, 10*msec, 5*msec, OK)
+	send(r, now, 20*msec, 1500*msec, EOF)
+	for k := range MaxFailures + 5 {
+		send(r, now, 2000*msec+time.Duration(k)*msec, msec, Reset)
+	}
+	*now = 3000 * msec
+	res := r.result()
+	if res.Failed != MaxFailures+6 || len(res.Failures) != MaxFailures {
+		t.Fatalf("failed %d, detailed %d; want %d, %d", res.Failed, len(res.Failures), MaxFailures+6, MaxFailures)
+	}
+	if f := res.Failures[0]; f != (Failure{AtMS: 20, TookMS: 1500, Class: EOF, Error: "eof"}) {
+		t.Errorf("first failure %+v, want sent at 20 ms, took 1500 ms, eof", f)
+	}
+	if f := res.Failures[MaxFailures-1]; f.Class != Reset || f.AtMS != float64(2000+MaxFailures-2) {
+		t.Errorf("last failure kept %+v, want the reset sent at %d ms", f, 2000+MaxFailures-2)
+	}
+}

@@ -27,8 +27,26 @@ type Result struct {
 	// Errors holds the first error seen in each failure class.
 	Errors map[Class]string `json:"errors,omitempty"`
 
+	// Failures details the first MaxFailures failed requests, in the order
+	// they ended: when each was sent and how long it took tell a reset at
+	// connect from a close seconds later.
+	Failures []Failure `json:"failures,omitempty"`
+
 	Marks   []Event  `json:"marks"`
 	Buckets []Bucket `json:"buckets"`
+}
+
+// MaxFailures bounds Result.Failures.
+const MaxFailures = 100
+
+// Failure is one failed request. Error names the client's local address when
+// the connection was made (the raw client's errors end "(local ip:port)"), so
+// that it can be found in a capture or a server's log.
+type Failure struct {
+	AtMS   float64 `json:"at_ms"` // sent, since the start
+	TookMS float64 `json:"took_ms"`
+	Class  Class   `json:"class"`
+	Error  string  `json:"error"`
 }
 
 // Event is a mark made with [Generator.Mark], and what happened around it:
