@@ -32,8 +32,11 @@
 // connection, so it neither migrates nor counts TCPMigrateReqFailure; only
 // Tcp.OutRsts and Tcp.EstabResets show it (Report.OutRsts too when the reset
 // goes out before the stop reads the counters again). Rare: the restart
-// benchmark (bench/cmd/contenders, zd-drain) meets it about once in 400 rolls
-// (9 in 3,600) at 7000-8000 new connections per second over four members. A Steerer (an eBPF program,
+// benchmark (bench/cmd/contenders, zd-drain) meets it about once in 530 rolls
+// (13 in 6,900) at 7000-8000 new connections per second over four members;
+// about as rarely (7 in 6,900), a connection handshaking during the stop
+// reaches a sibling's accept queue already shut down (FIN_WAIT2), and its
+// client reads EOF. A Steerer (an eBPF program,
 // package reuseport/steer) closes both windows: the member gets no new
 // connection before it stops.
 //

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -34,6 +35,11 @@ const (
 	// and execs the worker costs one more exec (3-4 ms here) that a service
 	// started by systemd does not pay.
 	EnvListenPIDSelf = "ZD_BENCH_LISTEN_PID_SELF"
+
+	// EnvTrace, when set (in the harness's environment, which workers
+	// inherit), has every Go worker log the connections net/http closes
+	// before they sent a request.
+	EnvTrace = "ZD_BENCH_TRACE"
 )
 
 // ShutdownTimeout bounds a worker's graceful shutdown.
@@ -106,7 +112,71 @@ func (w *Worker) handler() http.Handler {
 
 // NewServer returns the plain http.Server every Go contender runs.
 func (w *Worker) NewServer() *http.Server {
-	return &http.Server{Handler: w.handler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: w.handler(), ReadHeaderTimeout: 5 * time.Second}
+	if os.Getenv(EnvTrace) != "" {
+		srv.ConnState = newConnTrace(w).state
+	}
+	return srv
+}
+
+// connTrace logs, on stderr, every connection net/http closes without having
+// read a byte of a request from it, with the socket's TCP state and unread
+// bytes at accept: with EnvTrace set, to find who closes a fresh connection
+// (a client's "unexpected EOF"). It costs a lock and two syscalls per
+// connection, so it is off in measured runs.
+type connTrace struct {
+	w     *Worker
+	mu    sync.Mutex
+	fresh map[net.Conn]freshConn // connections that have not been active yet
+}
+
+type freshConn struct {
+	at    time.Time
+	state string // TCP_INFO state and SIOCINQ at StateNew
+}
+
+func newConnTrace(w *Worker) *connTrace {
+	return &connTrace{w: w, fresh: make(map[net.Conn]freshConn)}
+}
+
+func (t *connTrace) state(c net.Conn, s http.ConnState) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch s {
+	case http.StateNew:
+		t.fresh[c] = freshConn{at: time.Now(), state: socketState(c)}
+	case http.StateActive, http.StateHijacked:
+		delete(t.fresh, c)
+	case http.StateClosed:
+		if f, ok := t.fresh[c]; ok {
+			delete(t.fresh, c)
+			fmt.Fprintf(os.Stderr, "trace %d gen %s: closed without a request: %s after %v, at %s; at accept: %s\n",
+				os.Getpid(), t.w.Gen, c.RemoteAddr(), time.Since(f.at), time.Now().UTC().Format("15:04:05.000000"), f.state)
+		}
+	}
+}
+
+// socketState says the TCP state (1 established, 5 FIN_WAIT2, 8 CLOSE_WAIT:
+// include/net/tcp_states.h) and the unread bytes of a TCP connection.
+func socketState(c net.Conn) string {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return "?"
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err.Error()
+	}
+	st := "?"
+	rc.Control(func(fd uintptr) {
+		if ti, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+			st = fmt.Sprintf("state %d", ti.State)
+		}
+		if n, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ); err == nil {
+			st += fmt.Sprintf(", %d bytes unread", n)
+		}
+	})
+	return st
 }
 
 // serveUntil serves ln with a plain http.Server until ctx ends, then calls
