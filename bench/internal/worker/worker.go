@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"golang.org/x/sys/unix"
 )
 
@@ -163,19 +164,19 @@ func socketState(c net.Conn) string {
 	if !ok {
 		return "?"
 	}
-	rc, err := sc.SyscallConn()
+	var st string
+	err := linux.Control(sc, func(fd int) error {
+		ti, err := linux.TCPInfo(fd)
+		if err != nil {
+			return err
+		}
+		n, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
+		st = fmt.Sprintf("state %d, %d bytes unread", ti.State, n)
+		return err
+	})
 	if err != nil {
 		return err.Error()
 	}
-	st := "?"
-	rc.Control(func(fd uintptr) {
-		if ti, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
-			st = fmt.Sprintf("state %d", ti.State)
-		}
-		if n, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ); err == nil {
-			st += fmt.Sprintf(", %d bytes unread", n)
-		}
-	})
 	return st
 }
 
