@@ -2,7 +2,7 @@
 // one strategy after another in one run, and reports what the load saw: the
 // comparative benchmark of issue 7.
 //
-//	go build -o /tmp/ ./cmd/contenders ./cmd/zdworker ./cmd/zdworker-steer ./cmd/zdworker-tableflip
+//	CGO_ENABLED=0 go build -o /tmp/ ./cmd/contenders ./cmd/zdworker ./cmd/zdworker-steer ./cmd/zdworker-tableflip
 //	sudo /tmp/contenders -c 64,256 -restarts 100 -reps 3 -o /tmp/bench-out
 //
 // The servers run from separate binaries that link only what they need, as a
@@ -15,8 +15,13 @@
 // 10 ms to fork, exec and exit on this VM, zdworker 15, a zdworker that also
 // links the eBPF library 19): it would sit in the accept gap of the
 // contenders that stop a process before starting the next, and near every
-// other restart. Without the worker binaries beside it, contenders runs its
-// workers from itself (it can serve too) and says so on stderr.
+// other restart. For the same reason every worker is built statically
+// (CGO_ENABLED=0, as most Go services ship): a dynamically linked one pays
+// the loader at each start too, 3-4 ms more idle on this VM, and moved the
+// fd-store restart's p99 ratio from about 1.5 to 1.65 (BENCHMARKS.md). The
+// results' header says how each worker binary is linked, and the run warns
+// about a dynamic one. Without the worker binaries beside it, contenders runs
+// its workers from itself (it can serve too) and says so on stderr.
 //
 // # How it works
 //

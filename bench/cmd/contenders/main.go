@@ -163,7 +163,8 @@ func bench(ctx context.Context, o options, w io.Writer) error {
 		return err
 	}
 	defer logf.Close()
-	fmt.Fprintln(w, "workers:", o.worker)
+	linked := workerLinkage(workerBins(o.worker), w)
+	fmt.Fprintln(w, "workers:", linked)
 	start := time.Now()
 	var all []runResult
 	for rep := 1; rep <= o.reps; rep++ {
@@ -186,7 +187,7 @@ func bench(ctx context.Context, o options, w io.Writer) error {
 			}
 		}
 	}
-	header := machine(os.Args, time.Since(start)) + "\nWorkers: `" + o.worker + "`\n"
+	header := machine(os.Args, time.Since(start)) + "\nWorkers: " + linked + "\n"
 	return writeSummary(o.out, header, all)
 }
 
