@@ -20,7 +20,9 @@ import (
 
 // TestQueueDrain queues 20 clients at A while A's accept loop is stalled, then
 // drains A. With a sibling B and migration on, B answers all 20; otherwise A
-// does, through the accept-until-empty drain.
+// does, through the accept-until-empty drain. In a PID namespace that kept its
+// parent's /proc, the holder scan must still know A's process for itself
+// (otherwise A is released, closed while listening, not shut down).
 func TestQueueDrain(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -29,16 +31,21 @@ func TestQueueDrain(t *testing.T) {
 		plain   bool // http.Server.Shutdown on the wrapped listener, not drain.Server
 		method  drain.Method
 		by      string
+		pidns   bool // a PID namespace of its own, with the parent's /proc
 	}{
-		{"migrate=1,sibling,plain-shutdown", 1, true, true, drain.MethodMigrate, "B"},
-		{"migrate=1,sibling", 1, true, false, drain.MethodMigrate, "B"},
-		{"migrate=0,sibling", 0, true, false, drain.MethodAccept, "A"},
-		{"migrate=1,lone", 1, false, false, drain.MethodAccept, "A"},
-		{"migrate=0,lone", 0, false, false, drain.MethodAccept, "A"},
+		{"migrate=1,sibling,plain-shutdown", 1, true, true, drain.MethodMigrate, "B", false},
+		{"migrate=1,sibling", 1, true, false, drain.MethodMigrate, "B", false},
+		{"migrate=1,sibling,pid-namespace", 1, true, false, drain.MethodMigrate, "B", true},
+		{"migrate=0,sibling", 0, true, false, drain.MethodAccept, "A", false},
+		{"migrate=1,lone", 1, false, false, drain.MethodAccept, "A", false},
+		{"migrate=0,lone", 0, false, false, drain.MethodAccept, "A", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			netnstest.Run(t, netnstest.Options{MigrateReq: tc.migrate}, func(t *testing.T) {
+			netnstest.Run(t, netnstest.Options{MigrateReq: tc.migrate, PIDNamespace: tc.pidns}, func(t *testing.T) {
+				if tc.pidns && os.Getpid() != 1 {
+					t.Fatalf("pid %d in a new PID namespace, want 1", os.Getpid())
+				}
 				queueDrain(t, tc.sibling, tc.plain, tc.method, tc.by)
 			})
 		})

@@ -139,6 +139,14 @@ func (l *Listener) look(ctx context.Context, r *Report) {
 		r.Errors = append(r.Errors, err.Error())
 		return
 	}
+	// The scan numbers processes as /proc does, which is not os.Getpid() in
+	// a PID namespace that kept its parent's /proc: taking ourselves for
+	// another holder would release the socket, that is close it while it
+	// listens, instead of shutting it down.
+	self, err := sockdiag.SelfPID()
+	if err != nil {
+		self = os.Getpid()
+	}
 	for _, m := range g.Members {
 		if m.Inode != ino {
 			if reuse != 0 {
@@ -147,7 +155,7 @@ func (l *Listener) look(ctx context.Context, r *Report) {
 			continue
 		}
 		for _, p := range m.Processes {
-			if p.PID != os.Getpid() {
+			if p.PID != self {
 				r.OtherHolders = append(r.OtherHolders, p.PID)
 			}
 		}

@@ -24,6 +24,11 @@ type Options struct {
 	// MigrateReq is written to net.ipv4.tcp_migrate_req in the new namespace
 	// (0 or 1); Keep leaves it alone.
 	MigrateReq int
+	// PIDNamespace also gives the child a PID namespace of its own (it is
+	// PID 1 there) while it keeps the parent's /proc mount, as a harness or
+	// container runtime that does not remount /proc: os.Getpid() then
+	// differs from the PIDs /proc shows.
+	PIDNamespace bool
 }
 
 const envChild = "ZERODROP_NETNS_TEST"
@@ -52,7 +57,11 @@ func Run(t *testing.T, opts Options, body func(t *testing.T)) {
 	}
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+runPattern(t.Name()), "-test.v=true", "-test.count=1")
 	cmd.Env = append(os.Environ(), envChild+"="+t.Name())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	flags := uintptr(syscall.CLONE_NEWNET)
+	if opts.PIDNamespace {
+		flags |= syscall.CLONE_NEWPID
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	if err != nil || testing.Verbose() {
 		t.Logf("namespace child output:\n%s", out)

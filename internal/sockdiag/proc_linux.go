@@ -64,6 +64,24 @@ func Owners(inodes []uint64) (owners map[uint64][]Process, unreadable []int, err
 	return owners, unreadable, nil
 }
 
+// SelfPID returns the calling process's PID as /proc numbers it, the number
+// Owners reports for it. That is not os.Getpid() in a process that has its own
+// PID namespace but its parent's /proc mount (a harness or container runtime
+// that unshares CLONE_NEWPID without remounting /proc): there os.Getpid()
+// names no process, or another one. When /proc does not show the caller at
+// all, the error wraps fs.ErrNotExist.
+func SelfPID() (int, error) {
+	link, err := os.Readlink(procRoot + "/self")
+	if err != nil {
+		return 0, fmt.Errorf("sockdiag: self pid: %w", err)
+	}
+	pid, err := strconv.Atoi(link)
+	if err != nil {
+		return 0, fmt.Errorf("sockdiag: self pid: %s/self links to %q", procRoot, link)
+	}
+	return pid, nil
+}
+
 // listPIDs returns the numeric entries of /proc in ascending order.
 func listPIDs() ([]int, error) {
 	d, err := os.Open(procRoot)

@@ -24,3 +24,9 @@ func Owners(inodes []uint64) (owners map[uint64][]Process, unreadable []int, err
 func NetNS() (uint64, error) {
 	return 0, fmt.Errorf("sockdiag: netns: %w", errors.ErrUnsupported)
 }
+
+// SelfPID needs Linux's /proc; on this system it returns an error wrapping
+// errors.ErrUnsupported.
+func SelfPID() (int, error) {
+	return 0, fmt.Errorf("sockdiag: self pid: %w", errors.ErrUnsupported)
+}

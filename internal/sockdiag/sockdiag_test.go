@@ -271,3 +271,49 @@ func testMPTCP(t *testing.T) {
 		t.Errorf("SO_PROTOCOL %d listener: Listeners = %+v, want one with inode %d", proto, ls, st.Ino)
 	}
 }
+
+// TestSelfPID: Owners names the caller by the PID /proc gives it, and so does
+// SelfPID: os.Getpid() here, another number in a PID namespace of its own that
+// kept its parent's /proc (where os.Getpid() is 1).
+func TestSelfPID(t *testing.T) {
+	check := func(t *testing.T) (self int) {
+		self, err := SelfPID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		f, err := l.(*net.TCPListener).File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			t.Fatal(err)
+		}
+		owners, _, err := Owners([]uint64{st.Ino})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps := owners[st.Ino]; len(ps) != 1 || ps[0].PID != self {
+			t.Errorf("Owners = %+v, want one process, SelfPID %d (os.Getpid %d)", ps, self, os.Getpid())
+		}
+		return self
+	}
+	t.Run("here", func(t *testing.T) {
+		if self := check(t); self != os.Getpid() {
+			t.Errorf("SelfPID = %d, want os.Getpid() %d", self, os.Getpid())
+		}
+	})
+	t.Run("pid-namespace", func(t *testing.T) {
+		netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep, PIDNamespace: true}, func(t *testing.T) {
+			if self := check(t); os.Getpid() != 1 || self == 1 {
+				t.Errorf("os.Getpid() = %d, SelfPID = %d; want 1 and the PID of the parent's /proc", os.Getpid(), self)
+			}
+		})
+	})
+}
