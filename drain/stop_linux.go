@@ -176,9 +176,7 @@ func (l *Listener) release(r *Report) error {
 // call, and reads the counters around it.
 func (l *Listener) migrate(r *Report) error {
 	before, cerr := reuseport.ReadCounters()
-	err := linux.Control(l.tl, func(fd int) error {
-		return os.NewSyscallError("shutdown", unix.Shutdown(fd, unix.SHUT_RDWR))
-	})
+	err := shutdown(l.tl)
 	after, cerr2 := reuseport.ReadCounters()
 	if cerr == nil && cerr2 == nil {
 		d := after.Sub(before)
@@ -187,6 +185,23 @@ func (l *Listener) migrate(r *Report) error {
 		r.Errors = append(r.Errors, "counters: "+errors.Join(cerr, cerr2).Error())
 	}
 	return errors.Join(err, closeListener(l.tl))
+}
+
+// shutdown stops our socket listening with shutdown(SHUT_RDWR), never by
+// close() alone: close() marks a listener shut down (sk_shutdown) before it
+// stops listening, and a handshake completing on another CPU in between makes
+// a child that inherits the mark; queued, then migrated, it sends its FIN as
+// soon as it is established and reaches a sibling's Accept dead (its client
+// reads EOF). shutdown() stops listening with the mark clear. Only for a
+// socket no other process holds.
+func shutdown(tl *net.TCPListener) error {
+	err := linux.Control(tl, func(fd int) error {
+		return os.NewSyscallError("shutdown", unix.Shutdown(fd, unix.SHUT_RDWR))
+	})
+	if isClosed(err) {
+		return nil
+	}
+	return err
 }
 
 // acceptUntilEmpty accepts until the queue is empty, re-reading its depth
@@ -230,7 +245,7 @@ func (l *Listener) acceptUntilEmpty(ctx context.Context, r *Report) error {
 	if q, qerr := reuseport.ReadQueue(l.tl); qerr == nil {
 		r.QueueAtClose = int(q.Len)
 	}
-	err = errors.Join(err, closeListener(l.tl))
+	err = errors.Join(err, shutdown(l.tl), closeListener(l.tl))
 	if after, cerr2 := reuseport.ReadCounters(); cerr == nil && cerr2 == nil {
 		d := after.Sub(before)
 		r.MigrateFailed, r.OutRsts = int(d.MigrateReqFailure), int(d.OutRsts)
