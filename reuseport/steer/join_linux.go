@@ -1,6 +1,7 @@
 package steer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,11 +9,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // Member is one listener's registration in its group: a slot of the table.
@@ -141,7 +144,12 @@ func (m *Member) fill(l syscall.Conn, class uint32) error {
 	if err := o.counters.Put(key, zero); err != nil {
 		return fmt.Errorf("reset counters of slot %d: %w", m.slot, err)
 	}
-	if err := o.cookies.Put(m.cookie, cookieValue{Slot: key, Class: class}); err != nil {
+	cv := cookieValue{Slot: key, Class: class}
+	err = o.cookies.Put(m.cookie, cv)
+	if errors.Is(err, unix.E2BIG) && m.g.evictCookies() > 0 {
+		err = o.cookies.Put(m.cookie, cv)
+	}
+	if err != nil {
 		return fmt.Errorf("register cookie: %w", err)
 	}
 	v := slotValue{State: uint32(Live), Class: class, Weight: DefaultWeight}
@@ -217,6 +225,39 @@ func (g *Group) pruneCookies() {
 	for _, c := range stale {
 		g.obj.cookies.Delete(c)
 	}
+}
+
+// evictCookies makes room in a full cookies map (members joining and leaving
+// faster than cookiesPerSlot per slot in cookieGrace): it forgets the older
+// half of the cookies of sockets that left, oldest first, and returns how
+// many. Live members' cookies stay. Lock held.
+func (g *Group) evictCookies() int {
+	type left struct {
+		cookie uint64
+		closed uint32
+	}
+	var (
+		gone   []left
+		cookie uint64
+		cv     cookieValue
+	)
+	it := g.obj.cookies.Iterate()
+	for it.Next(&cookie, &cv) {
+		if cv.Closed != 0 {
+			gone = append(gone, left{cookie, cv.Closed})
+		}
+	}
+	slices.SortFunc(gone, func(a, b left) int { return cmp.Compare(a.closed, b.closed) })
+	n := 0
+	for _, c := range gone[:(len(gone)+1)/2] {
+		if g.obj.cookies.Delete(c.cookie) == nil {
+			n++
+		}
+	}
+	if n > 0 {
+		g.log.Debug("forgot the cookies of members that left, to make room", zap.Int("cookies", n), zap.String("addr", g.addr.String()))
+	}
+	return n
 }
 
 // Close gives the slot back (if the member still holds it), removes the pins

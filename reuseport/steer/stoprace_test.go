@@ -187,3 +187,30 @@ func echoOnce(l net.Listener) {
 		}()
 	}
 }
+
+// Members that join and leave faster than the cookies map forgets them
+// (cookiesPerSlot per slot within cookieGrace) still join: the oldest cookies
+// of members that left make room, and a live member's stays.
+func TestCookieChurn(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		cfg := &steer.Config{Dir: netnstest.MountBPF(t, "0755"), Slots: 2} // 32 cookies
+		a := listen(t, "127.0.0.1:0", reuseport.Options{})
+		ma := join(t, cfg, a)
+		const rolls = 100
+		for i := range rolls {
+			b := listen(t, a.Addr().String(), reuseport.Options{})
+			mb, err := cfg.Join(context.Background(), b)
+			if err != nil {
+				t.Fatalf("join %d: %v", i, err)
+			}
+			b.Close()
+			if err := mb.Close(); err != nil {
+				t.Fatalf("member %d close: %v", i, err)
+			}
+		}
+		if slot, err := ma.Group().SlotOf(a); err != nil || slot < 0 {
+			t.Fatalf("after %d rolls the live member is slot %d, %v", rolls, slot, err)
+		}
+	})
+}
