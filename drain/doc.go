@@ -31,14 +31,20 @@
 // client's ACK arrived, and finds it stopped when it queues the new
 // connection, so it neither migrates nor counts TCPMigrateReqFailure; only
 // Tcp.OutRsts and Tcp.EstabResets show it (Report.OutRsts too when the reset
-// goes out before the stop reads the counters again). Rare: the restart
-// benchmark (bench/cmd/contenders, zd-drain) meets it about once in 530 rolls
-// (13 in 6,900) at 7000-8000 new connections per second over four members;
-// about as rarely (7 in 6,900), a connection handshaking during the stop
-// reaches a sibling's accept queue already shut down (FIN_WAIT2), and its
-// client reads EOF. A Steerer (an eBPF program,
-// package reuseport/steer) closes both windows: the member gets no new
-// connection before it stops.
+// goes out before the stop reads the counters again). Rare: TestStopRace in
+// reuseport/steer, which rolls a member every 2 ms under 16 connecting
+// clients, meets it a few times in 400 rolls; the restart benchmark
+// (bench/cmd/contenders, zd-drain) met it 3 times in 2,400 rolls. A Steerer (an
+// eBPF program, package reuseport/steer) closes the window: the member gets
+// no new connection before it stops.
+//
+// Every stop of a socket no other process holds is shutdown(SHUT_RDWR), then
+// close(), never close() alone: close() marks a listener shut down before it
+// stops listening, and a connection whose handshake completes in between
+// inherits the mark, is migrated, and reaches a sibling's Accept already
+// closed (its client reads EOF). The holder scan compares the PIDs /proc
+// shows with the PID /proc gives us (not os.Getpid(), which differs in a PID
+// namespace that kept its parent's /proc).
 //
 // # The report
 //
