@@ -281,18 +281,9 @@ func TestSelfPID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		f, err := l.(*net.TCPListener).File()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
+		l := listen(t, netip.MustParseAddrPort("127.0.0.1:0"), 16, "")
 		var st unix.Stat_t
-		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		if err := unix.Fstat(l.fd, &st); err != nil {
 			t.Fatal(err)
 		}
 		owners, _, err := Owners([]uint64{st.Ino})
