@@ -78,18 +78,28 @@ var (
 // an IPPROTO_TCP socket, and returns a Listener that drains it on Close. Other
 // listeners, and MPTCP sockets (Go's default since 1.24; see
 // net.ListenConfig.SetMultipathTCP), give an error wrapping ErrNotSupported;
-// l is then left open and still owned by the caller.
+// l is then left open and still owned by the caller. A nil l (also a typed
+// nil) gives an error wrapping ErrNilListener.
 func Wrap(l net.Listener, opts Options) (*Listener, error) {
 	var tl *net.TCPListener
 	switch v := l.(type) {
+	case nil:
 	case *net.TCPListener:
 		tl = v
 	case *reuseport.Listener:
-		tl = v.TCPListener
+		if v != nil {
+			tl = v.TCPListener
+		}
 	case *Listener:
+		if v == nil {
+			break
+		}
 		return nil, wrapError(l, fmt.Errorf("%w: already wrapped", ErrNotSupported))
 	default:
 		return nil, wrapError(l, fmt.Errorf("%w: %T is not a *net.TCPListener", ErrNotSupported, l))
+	}
+	if tl == nil {
+		return nil, &net.OpError{Op: "wrap", Net: "tcp", Err: ErrNilListener}
 	}
 	if err := checkProtocol(tl); err != nil {
 		return nil, wrapError(l, err)

@@ -1,0 +1,108 @@
+package drain_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/reuseport"
+)
+
+// TestWrapNil: a nil listener, untyped or typed, is refused with
+// ErrNilListener instead of a panic.
+func TestWrapNil(t *testing.T) {
+	for _, l := range []net.Listener{nil, (*net.TCPListener)(nil), (*reuseport.Listener)(nil), (*drain.Listener)(nil)} {
+		dl, err := drain.Wrap(l, drain.Options{})
+		if dl != nil || !errors.Is(err, drain.ErrNilListener) {
+			t.Errorf("Wrap(%#v): %v, %v; want nil and ErrNilListener", l, dl, err)
+		}
+	}
+}
+
+// TestServerWithoutHTTP: a Server with a nil HTTP returns ErrNoHTTPServer
+// from Serve (closing the listener it was given, as it owns it) and from
+// Shutdown, instead of a panic.
+func TestServerWithoutHTTP(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		tl := listenTCP(t, "127.0.0.1:0")
+		addr := tl.Addr().String()
+		ds := &drain.Server{}
+		if err := ds.Serve(tl); !errors.Is(err, drain.ErrNoHTTPServer) {
+			t.Errorf("Serve: %v, want ErrNoHTTPServer", err)
+		}
+		if c, err := net.Dial("tcp4", addr); err == nil {
+			c.Close()
+			t.Errorf("Serve without HTTP left %s listening", addr)
+		}
+		rep, err := (&drain.Server{}).Shutdown(context.Background())
+		if rep != nil || !errors.Is(err, drain.ErrNoHTTPServer) {
+			t.Errorf("Shutdown: %v, %v; want nil and ErrNoHTTPServer", rep, err)
+		}
+	})
+}
+
+// TestConcurrentShutdown: Shutdown called from several goroutines at once
+// drains once; every caller gets the same figures in a report of its own, so
+// that changing one changes no other (run with -race: the calls used to race
+// on the shared report).
+func TestConcurrentShutdown(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		p := newPhase(t, nil)
+		reports := 0
+		p.ds.OnReport = func(*drain.Report) { reports++ }
+		const n = 8
+		reps := make([]*drain.Report, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				reps[i], errs[i] = p.ds.Shutdown(context.Background())
+			}()
+		}
+		wg.Wait()
+		if err := p.wait(); !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v, want http.ErrServerClosed", err)
+		}
+		if reports != 1 {
+			t.Errorf("OnReport called %d times, want 1", reports)
+		}
+		first, _ := json.Marshal(reps[0])
+		for i := range n {
+			if errs[i] != nil || reps[i] == nil || reps[i].HTTP == nil {
+				t.Fatalf("Shutdown %d: %+v, %v", i, reps[i], errs[i])
+			}
+			if b, _ := json.Marshal(reps[i]); string(b) != string(first) {
+				t.Errorf("report %d differs:\n%s\n%s", i, b, first)
+			}
+		}
+		// Changing one report changes no other.
+		want, wantErrs := *reps[1].HTTP, append([]string(nil), reps[1].Errors...)
+		reps[0].Errors = append(reps[0].Errors, "changed")
+		reps[0].HTTP.Completed = 1000
+		reps[0].HTTP.Forced = append(reps[0].HTTP.Forced, drain.ForcedConn{Remote: "x"})
+		for i := 1; i < n; i++ {
+			if reps[i] == reps[0] || reps[i].HTTP == reps[0].HTTP {
+				t.Fatalf("report %d shares memory with report 0", i)
+			}
+			if !reflect.DeepEqual(*reps[i].HTTP, want) || !reflect.DeepEqual(reps[i].Errors, wantErrs) {
+				t.Errorf("report %d changed with report 0: %+v", i, reps[i].HTTP)
+			}
+		}
+		// A later call returns the same figures at once.
+		late, err := p.ds.Shutdown(context.Background())
+		if b, _ := json.Marshal(late); err != nil || string(b) != string(first) {
+			t.Errorf("a later Shutdown: %s, %v", b, err)
+		}
+	})
+}
