@@ -2,6 +2,7 @@ package drain
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -60,6 +61,22 @@ type Report struct {
 
 	// HTTP is filled by Server.Shutdown.
 	HTTP *HTTPReport `json:"http,omitempty"`
+}
+
+// clone is a deep copy of r, so that callers never share a report.
+func (r *Report) clone() *Report {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	c.OtherHolders = slices.Clone(r.OtherHolders)
+	c.Errors = slices.Clone(r.Errors)
+	if r.HTTP != nil {
+		h := *r.HTTP
+		h.Forced = slices.Clone(r.HTTP.Forced)
+		c.HTTP = &h
+	}
+	return &c
 }
 
 // finish computes Remainder and Took.

@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -58,6 +59,9 @@ type Server struct {
 	mu       sync.Mutex
 	l        *Listener
 	served   chan struct{} // closed when HTTP.Serve has returned
+	shut     chan struct{} // closed when the one Shutdown has ended
+	shutRep  *Report       // its report: callers get copies
+	shutErr  error
 }
 
 // HTTPReport is what Server.Shutdown did to the HTTP connections.
@@ -98,6 +102,14 @@ func (s *Server) Ready() http.Handler {
 // takes ownership of l. Like http.Server.Serve it returns
 // http.ErrServerClosed after Shutdown.
 func (s *Server) Serve(l net.Listener) error {
+	if s.HTTP == nil {
+		e := &net.OpError{Op: "serve", Net: "tcp", Err: ErrNoHTTPServer}
+		if l != nil {
+			e.Addr = l.Addr()
+			l.Close()
+		}
+		return e
+	}
 	dl, ok := l.(*Listener)
 	if !ok {
 		opts := s.Listener
@@ -151,7 +163,41 @@ func (s *Server) install() {
 // (silent ones get NewConnGrace); then http.Server.Shutdown. When ctx ends
 // first, what is left is closed and named in the report, and the error wraps
 // ctx.Err(). The report is logged once.
+//
+// The drain runs once. A Shutdown called while it runs waits for it and gets
+// its result; one called after it gets the result at once. Every caller gets
+// a copy of the report of its own. A waiting caller whose ctx ends first
+// gets a nil report and an error wrapping its ctx.Err() (the drain goes on).
 func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
+	if s.HTTP == nil {
+		return nil, &net.OpError{Op: "shutdown", Net: "tcp", Err: ErrNoHTTPServer}
+	}
+	s.mu.Lock()
+	shut, first := s.shut, s.shut == nil
+	if first {
+		s.shut = make(chan struct{})
+		shut = s.shut
+	}
+	s.mu.Unlock()
+	if first {
+		s.shutRep, s.shutErr = s.shutdown(ctx)
+		close(shut)
+		return s.shutRep.clone(), s.shutErr
+	}
+	select {
+	case <-shut:
+	default:
+		select {
+		case <-shut:
+		case <-ctx.Done():
+			return nil, &net.OpError{Op: "shutdown", Net: "tcp", Err: fmt.Errorf("waiting for the Shutdown in progress: %w", ctx.Err())}
+		}
+	}
+	return s.shutRep.clone(), s.shutErr
+}
+
+// shutdown is the one drain Shutdown runs.
+func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	start := time.Now()
 	s.draining.Store(true)
 	s.install()
