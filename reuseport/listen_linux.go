@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -76,8 +77,10 @@ func ListenPacket(ctx context.Context, network, address string) (*PacketConn, er
 // Listen creates a TCP listener ("tcp", "tcp4", "tcp6") in the reuseport group
 // of address: socket(IPPROTO_TCP), every option of c.Options, a check that the
 // group's owners have our socket's UID, bind, listen. Errors are *net.OpError
-// wrapping a typed cause (UIDMismatchError, AddrInUseError, OptionError, ...).
-// The caller owns the returned listener. Linux 3.9+; 5.14+ for migration.
+// wrapping a typed cause (UIDMismatchError, AddrInUseError, OptionError, ...);
+// a negative count or duration in c.Options and an unknown c.Migration are an
+// *OptionError wrapping os.ErrInvalid, and a ctx that has ended creates nothing
+// and returns ctx.Err(), wrapped. The caller owns the returned listener. Linux 3.9+; 5.14+ for migration.
 func (c *Config) Listen(ctx context.Context, network, address string) (*Listener, error) {
 	e, fd, err := c.open(ctx, network, address, true)
 	if err != nil {
@@ -151,8 +154,11 @@ func readOptionsConn(c syscall.Conn) (vals []OptionValue, eff Options, err error
 
 // open validates, checks migration, and returns a bound socket.
 func (c *Config) open(ctx context.Context, network, address string, stream bool) (endpoint, int, error) {
-	if c.Options.Backlog < 0 {
-		return endpoint{}, -1, &OptionError{Option: "backlog", Value: strconv.Itoa(c.Options.Backlog), Err: fmt.Errorf("%w: must be 0 (somaxconn) or positive", os.ErrInvalid)}
+	if err := ctx.Err(); err != nil {
+		return endpoint{}, -1, err
+	}
+	if err := c.validate(); err != nil {
+		return endpoint{}, -1, err
 	}
 	e, err := resolve(ctx, network, address)
 	if err != nil {
@@ -175,6 +181,36 @@ func (c *Config) open(ctx context.Context, network, address string, stream bool)
 		return e, -1, err
 	}
 	return e, fd, nil
+}
+
+// validate refuses values the kernel would ignore or reject: negative
+// counts and durations, and an unknown MigrationPolicy. Each error is an
+// *OptionError wrapping os.ErrInvalid.
+func (c *Config) validate() error {
+	o := &c.Options
+	invalid := func(option, value, why string) error {
+		return &OptionError{Option: option, Value: value, Err: fmt.Errorf("%w: %s", os.ErrInvalid, why)}
+	}
+	for _, n := range []struct {
+		option string
+		v      int
+	}{{"backlog", o.Backlog}, {"SO_RCVBUF", o.RecvBuffer}, {"SO_SNDBUF", o.SendBuffer}, {"TCP_KEEPCNT", o.KeepAlive.Count}} {
+		if n.v < 0 {
+			return invalid(n.option, strconv.Itoa(n.v), "must be 0 (the kernel's default) or positive")
+		}
+	}
+	for _, d := range []struct {
+		option string
+		v      time.Duration
+	}{{"TCP_DEFER_ACCEPT", o.DeferAccept}, {"TCP_USER_TIMEOUT", o.UserTimeout}, {"TCP_KEEPIDLE", o.KeepAlive.Idle}, {"TCP_KEEPINTVL", o.KeepAlive.Interval}} {
+		if d.v < 0 {
+			return invalid(d.option, d.v.String(), "must be 0 (off or the kernel's default) or positive")
+		}
+	}
+	if c.Migration < MigrationWarn || c.Migration > MigrationIgnore {
+		return invalid("migration", strconv.Itoa(int(c.Migration)), "not a MigrationPolicy")
+	}
+	return nil
 }
 
 // socket creates the socket and sets every option, before bind.

@@ -1,6 +1,7 @@
 package reuseport_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
@@ -161,6 +163,46 @@ func TestBadInput(t *testing.T) {
 					var o *reuseport.OptionError
 					return errors.As(err, &o) && o.Option == "backlog" && errors.Is(err, os.ErrInvalid)
 				}},
+			{cfg: reuseport.Config{Migration: reuseport.MigrationPolicy(99)}, network: "tcp", addr: "127.0.0.1:0",
+				check: func(err error) bool {
+					var o *reuseport.OptionError
+					return errors.As(err, &o) && o.Option == "migration" && errors.Is(err, os.ErrInvalid)
+				}},
+			{cfg: reuseport.Config{Options: reuseport.Options{DeferAccept: -time.Second}}, network: "tcp", addr: "127.0.0.1:0",
+				check: func(err error) bool {
+					var o *reuseport.OptionError
+					return errors.As(err, &o) && o.Option == "TCP_DEFER_ACCEPT" && errors.Is(err, os.ErrInvalid)
+				}},
+			{cfg: reuseport.Config{Options: reuseport.Options{UserTimeout: -time.Millisecond}}, network: "tcp", addr: "127.0.0.1:0",
+				check: func(err error) bool {
+					var o *reuseport.OptionError
+					return errors.As(err, &o) && o.Option == "TCP_USER_TIMEOUT" && errors.Is(err, os.ErrInvalid)
+				}},
+			{cfg: reuseport.Config{Options: reuseport.Options{KeepAlive: reuseport.KeepAlive{Enable: true, Idle: -time.Second}}}, network: "tcp", addr: "127.0.0.1:0",
+				check: func(err error) bool {
+					var o *reuseport.OptionError
+					return errors.As(err, &o) && o.Option == "TCP_KEEPIDLE" && errors.Is(err, os.ErrInvalid)
+				}},
+			{cfg: reuseport.Config{Options: reuseport.Options{KeepAlive: reuseport.KeepAlive{Enable: true, Interval: -time.Second}}}, network: "tcp", addr: "127.0.0.1:0",
+				check: func(err error) bool {
+					var o *reuseport.OptionError
+					return errors.As(err, &o) && o.Option == "TCP_KEEPINTVL" && errors.Is(err, os.ErrInvalid)
+				}},
+			{cfg: reuseport.Config{Options: reuseport.Options{KeepAlive: reuseport.KeepAlive{Enable: true, Count: -1}}}, network: "tcp", addr: "127.0.0.1:0",
+				check: func(err error) bool {
+					var o *reuseport.OptionError
+					return errors.As(err, &o) && o.Option == "TCP_KEEPCNT" && errors.Is(err, os.ErrInvalid)
+				}},
+			{cfg: reuseport.Config{Options: reuseport.Options{RecvBuffer: -1}}, network: "tcp", addr: "127.0.0.1:0",
+				check: func(err error) bool {
+					var o *reuseport.OptionError
+					return errors.As(err, &o) && o.Option == "SO_RCVBUF" && errors.Is(err, os.ErrInvalid)
+				}},
+			{cfg: reuseport.Config{Options: reuseport.Options{SendBuffer: -1}}, network: "tcp", addr: "127.0.0.1:0",
+				check: func(err error) bool {
+					var o *reuseport.OptionError
+					return errors.As(err, &o) && o.Option == "SO_SNDBUF" && errors.Is(err, os.ErrInvalid)
+				}},
 			{cfg: reuseport.Config{Options: reuseport.Options{Congestion: "no-such-cc"}}, network: "tcp", addr: "127.0.0.1:0",
 				check: func(err error) bool {
 					var o *reuseport.OptionError
@@ -251,4 +293,32 @@ func fdOf(t *testing.T, c syscall.Conn) int {
 	var fd int
 	rc.Control(func(f uintptr) { fd = int(f) })
 	return fd
+}
+
+// TestCancelledContext: Listen and ListenPacket with a context already ended
+// create nothing and return its error.
+func TestCancelledContext(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		fds := netnstest.FDCount(t)
+		cctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		l, err := reuseport.Listen(cctx, "tcp4", "127.0.0.1:0")
+		var oe *net.OpError
+		if l != nil || !errors.Is(err, context.Canceled) || !errors.As(err, &oe) || oe.Op != "listen" {
+			if l != nil {
+				l.Close()
+			}
+			t.Errorf("Listen with a cancelled ctx: %v, want *net.OpError wrapping context.Canceled", err)
+		}
+		p, err := reuseport.ListenPacket(cctx, "udp4", "127.0.0.1:0")
+		if p != nil || !errors.Is(err, context.Canceled) {
+			if p != nil {
+				p.Close()
+			}
+			t.Errorf("ListenPacket with a cancelled ctx: %v, want context.Canceled", err)
+		}
+		if n := netnstest.FDCount(t); n != fds {
+			t.Fatalf("fds %d before, %d after", fds, n)
+		}
+	})
 }
