@@ -3,6 +3,8 @@ package systemd
 import (
 	"errors"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -60,4 +62,66 @@ func TestCheckFDName(t *testing.T) {
 			t.Errorf("checkFDName(%q) = %v, want ok=%v", name, err, ok)
 		}
 	}
+}
+
+// FuzzParseEnv: whatever LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES hold,
+// parsing never panics, takes fds only when LISTEN_PID names us, counts them
+// within 0..maxFDs with one name each (or none), and otherwise returns an
+// *EnvError naming the variable at fault and matching its sentinel alone.
+// Activation then offers only fds in 3..3+n-1.
+func FuzzParseEnv(f *testing.F) {
+	const pid = 4242
+	for _, s := range [][3]string{
+		{"", "", ""}, {"4242", "0", ""}, {"4242", "2", "http:admin"}, {"4242", "1", ""},
+		{"1", "1", ""}, {"+4242", "1", ""}, {"4242", "+1", "a"}, {"4242", "65537", ""},
+		{"4242", "2", "http"}, {"4242", "3", "a::b"}, {"4242", "-0", "x"}, {"04242", "1", ":"},
+		{"4242", " 1", ""}, {"", "1", ""}, {"4242", "", "http"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	sentinel := map[string]error{EnvListenPID: ErrListenPID, EnvListenFDs: ErrListenFDs, EnvListenFDNames: ErrListenFDNames}
+	f.Fuzz(func(t *testing.T, pidStr, fdsStr, namesStr string) {
+		env := map[string]string{EnvListenPID: pidStr, EnvListenFDs: fdsStr, EnvListenFDNames: namesStr}
+		getenv := func(k string) string { return env[k] }
+		n, names, err := parseEnv(getenv, pid)
+		if n < 0 || n > maxFDs {
+			t.Fatalf("n = %d, outside 0..%d", n, maxFDs)
+		}
+		if n > 0 {
+			if got, perr := strconv.Atoi(pidStr); perr != nil || got != pid {
+				t.Fatalf("%d fds taken with LISTEN_PID=%q, not ours", n, pidStr)
+			}
+		}
+		if names != nil && (len(names) != n || strings.Join(names, ":") != namesStr) {
+			t.Fatalf("names %q for %d fds from %q", names, n, namesStr)
+		}
+		if err != nil {
+			var ee *EnvError
+			if !errors.As(err, &ee) || ee.Value != env[ee.Var] || !errors.Is(err, sentinel[ee.Var]) {
+				t.Fatalf("error %#v is not an *EnvError naming its variable and value", err)
+			}
+			for v, s := range sentinel {
+				if v != ee.Var && errors.Is(err, s) {
+					t.Fatalf("error %v matches %v too", err, s)
+				}
+			}
+			if names != nil {
+				t.Fatalf("names %q returned with error %v", names, err)
+			}
+		} else if namesStr != "" && n > 0 && names == nil {
+			t.Fatalf("LISTEN_FDNAMES=%q dropped without an error", namesStr)
+		}
+		if n == 0 || n > 16 {
+			return // activation checks real fds: keep the cost bounded
+		}
+		a, _ := activate(getenv, pid)
+		if a == nil {
+			return
+		}
+		for _, p := range a.fds {
+			if p.fd < firstFD || p.fd >= firstFD+n {
+				t.Fatalf("fd %d offered for LISTEN_FDS=%d", p.fd, n)
+			}
+		}
+	})
 }
