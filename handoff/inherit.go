@@ -95,12 +95,14 @@ func (u *Upgrader) inherit(nc *net.UnixConn) (err error) {
 	u.gen = f.Generation + 1
 	u.log.Info("connected to predecessor", zap.String("event", "handoff.connected"), zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid), zap.Uint64("generation", u.gen))
 	socks, err := u.receive(c)
+	if len(socks) > 0 { // also when the predecessor died mid-transfer: they are live sockets
+		u.inh = make(map[string]*socket, len(socks))
+		for _, s := range socks {
+			u.inh[s.info.Name] = s
+		}
+	}
 	if err != nil {
 		return err
-	}
-	u.inh = make(map[string]*socket, len(socks))
-	for _, s := range socks {
-		u.inh[s.info.Name] = s
 	}
 	u.pred = c
 	u.log.Info("received sockets", zap.String("event", "handoff.received"), zap.Int("count", len(socks)), zap.Duration("took", time.Since(start)))
@@ -111,7 +113,11 @@ func (u *Upgrader) inherit(nc *net.UnixConn) (err error) {
 // arrives, and validates each fd (building the caller's listener for it) on up
 // to GOMAXPROCS goroutines while later batches are still coming: each fd costs
 // some 40 syscalls, which dominate a large handoff. It returns the first error
-// in offer order; on error every fd received is closed.
+// in offer order; on error every fd received is closed, except when the
+// predecessor died during the transfer: then the sockets received and
+// validated so far are returned with the error. They are live kernel sockets
+// (the predecessor's clients queue on them), so closing them would refuse
+// those clients.
 func (u *Upgrader) receive(c *conn) (_ []*socket, err error) {
 	f, _, err := c.recv(0)
 	if err != nil {
@@ -164,6 +170,18 @@ func (u *Upgrader) receive(c *conn) (_ []*socket, err error) {
 	}, failed.Load)
 	close(queue)
 	wg.Wait()
+	if err != nil && predecessorGone(err) {
+		var kept []*socket
+		for i, s := range socks[:n] {
+			if errs[i] == nil {
+				kept = append(kept, s)
+			} else {
+				s.close()
+			}
+		}
+		n = 0 // the deferred close must not close what we keep
+		return kept, err
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -4,13 +4,19 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"golang.org/x/sys/unix"
 )
 
 // The successor is SIGKILLed holding the fds, before Ready: the predecessor
@@ -55,13 +61,19 @@ func TestSuccessorKilledBeforeReady(t *testing.T) {
 	})
 }
 
-// The predecessor is SIGKILLed after its first batch of fds: New closes what
-// it received, falls back to fresh listeners, and serves.
+// The predecessor is SIGKILLed after its first batch of fds: New keeps the
+// sockets of that batch (live kernel sockets: clients queue on them while no
+// process accepts), Listen returns them as inherited and creates the others
+// fresh. Clients of "http", in the first batch, connect from the kill on:
+// their connections wait in its queue until the successor serves, and none
+// is refused or reset.
 func TestPredecessorKilledMidTransfer(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
 		path := handoffPath(t)
 		old := startApp(t, path, envMode+"=pause", envN+"=300")
-		old.expect(t, "ready")
+		f := old.expect(t, "ready")
+		addr := f[3]
+		ino := inodeOf(t, atoi(f[2]), addr)
 		ctx := context.Background()
 		type result struct {
 			u   *Upgrader
@@ -74,6 +86,7 @@ func TestPredecessorKilledMidTransfer(t *testing.T) {
 		}()
 		old.expect(t, "paused")
 		old.Kill()
+		ld := startLoad(t, addr, 4)
 		var r result
 		select {
 		case r = <-done:
@@ -87,18 +100,47 @@ func TestPredecessorKilledMidTransfer(t *testing.T) {
 		if fb := r.u.FallbackReason(); fb == nil || !predecessorGone(fb) {
 			t.Fatalf("FallbackReason = %v, want the lost connection", fb)
 		}
+		waitQueued(t, addr) // nobody accepts yet: the clients wait in the kept socket's queue
+		if g := r.u.Generation(); g != 2 {
+			t.Errorf("Generation = %d, want 2: the sockets of generation 1 go on", g)
+		}
 		ln, err := r.u.Listen(ctx, "http", "tcp4", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer ln.Close()
-		if _, ok := ln.(*reuseport.Listener); !ok {
-			t.Fatalf("listener %T, want a fresh *reuseport.Listener", ln)
+		if _, fresh := ln.(*reuseport.Listener); fresh || ln.Addr().String() != addr {
+			t.Fatalf("http: %T on %s, want the inherited socket on %s", ln, ln.Addr(), addr)
 		}
+		if got := listenerInode(t, ln); got != ino {
+			t.Errorf("http: inode %d, the predecessor's is %d", got, ino)
+		}
+		// x299 was in no batch the predecessor sent: it is created fresh.
+		x, err := r.u.Listen(ctx, "x299", "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		if _, fresh := x.(*reuseport.Listener); !fresh {
+			t.Errorf("x299: %T, want a fresh *reuseport.Listener", x)
+		}
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); acceptLoop(ln, r.u.Generation(), &wg) }()
 		if err := r.u.Ready(); err != nil {
 			t.Fatal(err)
 		}
-		serveOnce(t, ln, r.u.Generation())
+		ld.waitAnswers(t, 200)
+		ld.end()
+		ln.Close()
+		wg.Wait()
+		ok, errs, maxGen := ld.snapshot()
+		t.Logf("%d requests answered, %d failed, last generation %d", ok, len(errs), maxGen)
+		if len(errs) != 0 {
+			t.Fatalf("%d failed requests, first: %v", len(errs), errs[0])
+		}
+		if maxGen != 2 {
+			t.Errorf("last answer from generation %d, want 2", maxGen)
+		}
 		if st, ok, err := Observe(ctx, path); err != nil || !ok || st.Generation != r.u.Generation() {
 			t.Fatalf("Observe = %+v %v %v", st, ok, err)
 		}
@@ -248,3 +290,44 @@ func TestSystemdThenPredecessor(t *testing.T) {
 }
 
 func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+// inodeOf is the inode of the one TCP listener on addr in this namespace
+// (pid only names its holder in a failure message).
+func inodeOf(t *testing.T, pid int, addr string) uint64 {
+	t.Helper()
+	ap := netip.MustParseAddrPort(addr)
+	ls, err := sockdiag.Listeners(ap.Port())
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("listeners on %s (pid %d): %+v %v, want one", addr, pid, ls, err)
+	}
+	return ls[0].Inode
+}
+
+// waitQueued waits (bounded) until the listener on addr has a connection in
+// its accept queue.
+func waitQueued(t *testing.T, addr string) {
+	t.Helper()
+	ap := netip.MustParseAddrPort(addr)
+	for range 2000 {
+		ls, err := sockdiag.Listeners(ap.Port())
+		if err != nil || len(ls) != 1 {
+			t.Fatalf("listeners on %s: %+v %v, want one", addr, ls, err)
+		}
+		if ls[0].Queue > 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no connection queued on %s in 10 s", addr)
+}
+
+// listenerInode is the inode of ln's socket, by fstat.
+func listenerInode(t *testing.T, ln net.Listener) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	err := linux.Control(ln.(syscall.Conn), func(fd int) error { return unix.Fstat(fd, &st) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}

@@ -91,8 +91,11 @@ func (s *socket) close() {
 // credentials and receives and validates its sockets (generation = its + 1).
 // If nobody serves Path (no file, or a stale one), it uses systemd socket
 // activation if present, else starts fresh (generation 1). If the predecessor
-// dies during the transfer, New closes what it received and starts fresh
-// too; FallbackReason says why. Other failures (refused credentials, version,
+// dies during the transfer, New keeps the sockets it has received and
+// validated (Listen returns them as inherited: they are the predecessor's
+// live sockets, with its clients queued on them) and Listen creates the rest
+// fresh; FallbackReason says why, and Generation is the predecessor's + 1
+// once its hello was read (the lineage goes on), else 1. Other failures (refused credentials, version,
 // malformed frames, invalid fds, ErrHandoffInProgress) are returned, as
 // *net.OpError with Op "handoff", and nothing received stays open.
 func New(ctx context.Context, cfg Config) (*Upgrader, error) {
@@ -125,7 +128,8 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 			return u, nil
 		}
 		u.fback = err
-		u.log.Warn("predecessor lost during handoff; starting fresh", zap.String("event", "handoff.fallback"), zap.Error(err))
+		u.log.Warn("predecessor lost during handoff; keeping the sockets received, the rest will be fresh", zap.String("event", "handoff.fallback"),
+			zap.Error(err), zap.Int("kept", len(u.inh)), zap.Uint64("generation", u.gen))
 	}
 	if u.act, err = systemd.Activated(); err != nil {
 		return nil, u.opError(err)
@@ -149,8 +153,9 @@ func (u *Upgrader) opError(err error) error {
 // after each handoff. Constant for the Upgrader's life.
 func (u *Upgrader) Generation() uint64 { return u.gen }
 
-// FallbackReason is why New started fresh although a predecessor answered
-// (it died during the transfer), or nil.
+// FallbackReason is why New did not complete a handoff although a
+// predecessor answered (it died during the transfer), or nil. The sockets
+// received before it died are kept; see New.
 func (u *Upgrader) FallbackReason() error { return u.fback }
 
 // Exit is closed when a successor has called Ready: stop accepting on every
