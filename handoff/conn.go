@@ -1,6 +1,7 @@
 package handoff
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ type conn struct {
 	c       *net.UnixConn
 	rc      syscall.RawConn
 	timeout time.Duration
+	ctx     context.Context // while bound: every read and write also ends with it
 }
 
 func newConn(c *net.UnixConn, timeout time.Duration) (*conn, error) {
@@ -29,6 +31,54 @@ func newConn(c *net.UnixConn, timeout time.Duration) (*conn, error) {
 }
 
 func (c *conn) Close() error { return c.c.Close() }
+
+// bind makes every read and write of c also end when ctx ends (its deadline
+// applies when sooner than the timeout; a cancel interrupts a blocked call),
+// until unbind is called. The error of an interrupted call wraps ctx.Err().
+func (c *conn) bind(ctx context.Context) (unbind func()) {
+	c.ctx = ctx
+	stop := context.AfterFunc(ctx, func() { c.c.SetDeadline(time.Unix(1, 0)) })
+	return func() { stop(); c.ctx = nil }
+}
+
+// deadline sets, with set, the deadline of the next read or write: d from
+// now, or the bound ctx's deadline when sooner. It fails with ctx's error if
+// ctx has ended: checked after the deadline is set, so that a ctx ending in
+// between is caught here or by bind's AfterFunc.
+func (c *conn) deadline(set func(time.Time) error, d time.Duration) error {
+	t := time.Now().Add(d)
+	if c.ctx != nil {
+		if dl, ok := c.ctx.Deadline(); ok && dl.Before(t) {
+			t = dl
+		}
+	}
+	if err := set(t); err != nil {
+		return err
+	}
+	if c.ctx != nil && c.ctx.Err() != nil {
+		return c.ctx.Err()
+	}
+	return nil
+}
+
+// ctxErr is err, or, when the bound ctx has ended, err wrapped with ctx's
+// error (the deadline that cut the call short was ctx's).
+func (c *conn) ctxErr(err error) error {
+	if err == nil || c.ctx == nil {
+		return err
+	}
+	cerr := c.ctx.Err()
+	if cerr == nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		// The deadline set from ctx's can fire before ctx's own timer.
+		if dl, ok := c.ctx.Deadline(); ok && !time.Now().Before(dl) {
+			cerr = context.DeadlineExceeded
+		}
+	}
+	if cerr == nil || errors.Is(err, cerr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cerr, err)
+}
 
 // peerCred reads SO_PEERCRED.
 func (c *conn) peerCred() (*unix.Ucred, error) {
@@ -52,7 +102,7 @@ func (c *conn) send(f *frame, fds []int) error {
 	if err != nil {
 		return err
 	}
-	if err := c.c.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+	if err := c.deadline(c.c.SetWriteDeadline, c.timeout); err != nil {
 		return err
 	}
 	var oob []byte
@@ -70,7 +120,7 @@ func (c *conn) send(f *frame, fds []int) error {
 			err = serr
 		}
 		if err != nil {
-			return fmt.Errorf("send %s: %w", f.Type, wrapSyscall("sendmsg", err))
+			return c.ctxErr(fmt.Errorf("send %s: %w", f.Type, wrapSyscall("sendmsg", err)))
 		}
 		b, oob = b[n:], nil
 	}
@@ -86,7 +136,12 @@ func (c *conn) recv(maxFDs int) (*frame, []int, error) {
 
 // recvWithin is recv with another deadline.
 func (c *conn) recvWithin(maxFDs int, d time.Duration) (*frame, []int, error) {
-	if err := c.c.SetReadDeadline(time.Now().Add(d)); err != nil {
+	f, fds, err := c.recvFrame(maxFDs, d)
+	return f, fds, c.ctxErr(err)
+}
+
+func (c *conn) recvFrame(maxFDs int, d time.Duration) (*frame, []int, error) {
+	if err := c.deadline(c.c.SetReadDeadline, d); err != nil {
 		return nil, nil, err
 	}
 	var fds []int

@@ -1,6 +1,7 @@
 package handoff
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -57,13 +58,14 @@ func (u *Upgrader) hello(role string, gen uint64) *frame {
 // inherit runs the successor's side of the protocol up to the last ack. On
 // success the connection stays open for Ready; on failure it is closed, and
 // so is every fd received.
-func (u *Upgrader) inherit(nc *net.UnixConn) (err error) {
+func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	start := time.Now()
 	c, err := newConn(nc, u.cfg.Timeout)
 	if err != nil {
 		nc.Close()
 		return err
 	}
+	defer c.bind(ctx)()
 	defer func() {
 		if err != nil {
 			if !predecessorGone(err) && !errors.As(err, new(*RemoteError)) {

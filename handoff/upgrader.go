@@ -98,6 +98,10 @@ func (s *socket) close() {
 // once its hello was read (the lineage goes on), else 1. Other failures (refused credentials, version,
 // malformed frames, invalid fds, ErrHandoffInProgress) are returned, as
 // *net.OpError with Op "handoff", and nothing received stays open.
+//
+// ctx bounds every wait of New: the connect and each read and write of the
+// protocol (Config.Timeout bounds each of them too); when ctx ends first the
+// error wraps ctx.Err().
 func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
@@ -120,7 +124,7 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 		return nil, u.opError(err)
 	}
 	if ok {
-		err := u.inherit(nc)
+		err := u.inherit(ctx, nc)
 		if err == nil || !predecessorGone(err) {
 			if err != nil {
 				return nil, u.opError(err)
