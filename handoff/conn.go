@@ -32,6 +32,23 @@ func newConn(c *net.UnixConn, timeout time.Duration) (*conn, error) {
 
 func (c *conn) Close() error { return c.c.Close() }
 
+// hangUp ends the conversation: it shuts our side down, then waits, at most
+// d, for the peer to close its side, so that what the peer frees when it sees
+// us go (a predecessor's handoff slot) is free when hangUp returns; then it
+// closes c.
+func (c *conn) hangUp(d time.Duration) {
+	defer c.Close()
+	if c.c.CloseWrite() != nil || c.c.SetReadDeadline(time.Now().Add(d)) != nil {
+		return
+	}
+	buf := make([]byte, 512)
+	for range 1024 { // a peer that keeps talking gets 512 KiB read, then the close
+		if _, err := c.c.Read(buf); err != nil {
+			return
+		}
+	}
+}
+
 // bind makes every read and write of c also end when ctx ends (its deadline
 // applies when sooner than the timeout; a cancel interrupts a blocked call),
 // until unbind is called. The error of an interrupted call wraps ctx.Err().

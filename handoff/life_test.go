@@ -81,3 +81,33 @@ func TestNewHonoursContext(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryAfterClose: a successor that closes its Upgrader before Ready
+// frees the predecessor's handoff slot before Close returns, so that an
+// immediate retry is served, not told ErrHandoffInProgress. 50 rounds against
+// one predecessor process, which keeps serving throughout.
+func TestRetryAfterClose(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		path := handoffPath(t)
+		old := startApp(t, path)
+		addr := old.expect(t, "ready")[3]
+		netnstest.CheckLeaks(t)
+		ctx := context.Background()
+		for i := range 50 {
+			u, err := New(ctx, Config{Path: path})
+			if err != nil {
+				t.Fatalf("round %d: New: %v", i, err)
+			}
+			if g := u.Generation(); g != 2 {
+				u.Close()
+				t.Fatalf("round %d: generation %d, want 2", i, g)
+			}
+			if err := u.Close(); err != nil {
+				t.Fatalf("round %d: Close: %v", i, err)
+			}
+		}
+		if g, err := request(addr); err != nil || g != 1 {
+			t.Fatalf("predecessor after 50 aborted handoffs: generation %d, %v", g, err)
+		}
+	})
+}

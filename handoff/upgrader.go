@@ -169,7 +169,9 @@ func (u *Upgrader) Exit() <-chan struct{} { return u.exit }
 // Close stops serving the handoff socket, closes the Upgrader's references to
 // the sockets (listeners given to the caller stay open: the caller owns them)
 // and, before Ready, the connection to the predecessor, which then keeps
-// serving. Safe to call more than once.
+// serving: Close returns once the predecessor has seen it (at most
+// Config.Timeout), so that a new successor may start at once. Safe to call
+// more than once.
 func (u *Upgrader) Close() error {
 	u.mu.Lock()
 	if u.closed {
@@ -184,7 +186,10 @@ func (u *Upgrader) Close() error {
 		srv.close()
 	}
 	if pred != nil {
-		pred.Close()
+		// The predecessor frees its handoff slot when it sees us go, and
+		// closes its side after that: wait for it, so that a successor
+		// started right after Close is not told ErrHandoffInProgress.
+		pred.hangUp(u.cfg.Timeout)
 	}
 	closeSockets(socks)
 	for _, s := range inh {
