@@ -28,6 +28,9 @@ var (
 	ErrFDCount = errors.New("fd count does not match the offer")
 	// ErrValidation: a received fd is not what the offer declared.
 	ErrValidation = errors.New("received socket failed validation")
+	// ErrBadPath: the handoff socket path cannot be used: empty, too long for
+	// a unix socket address, or naming something other than a socket.
+	ErrBadPath = errors.New("bad handoff socket path")
 	// ErrClosed: the Upgrader was closed.
 	ErrClosed = errors.New("upgrader closed")
 )
@@ -107,6 +110,19 @@ func (e *InsecurePathError) Error() string {
 
 // Is reports whether target is ErrInsecurePath.
 func (e *InsecurePathError) Is(target error) bool { return target == ErrInsecurePath }
+
+// PathError explains why a handoff socket path (or PID file path) cannot be
+// used. It matches ErrBadPath.
+type PathError struct {
+	Path string
+	Why  string
+}
+
+// Error describes the failure.
+func (e *PathError) Error() string { return fmt.Sprintf("%v %q: %s", ErrBadPath, e.Path, e.Why) }
+
+// Is reports whether target is ErrBadPath.
+func (e *PathError) Is(target error) bool { return target == ErrBadPath }
 
 // ValidationError is a received fd that is not what the offer declared.
 type ValidationError struct {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,4 +113,93 @@ func TestRetryAfterClose(t *testing.T) {
 			t.Fatalf("predecessor after 50 aborted handoffs: generation %d, %v", g, err)
 		}
 	})
+}
+
+// TestPathChecks: paths that cannot work, or that name something other than
+// a socket, fail in New with a typed error, before anything is bound, and
+// what the user has at the path is left as it was.
+func TestPathChecks(t *testing.T) {
+	netnstest.CheckLeaks(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	mk := func(name string, make func(string) error) string {
+		p := filepath.Join(dir, name)
+		if err := make(p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	file := mk("file", func(p string) error { return os.WriteFile(p, []byte("precious\n"), 0o600) })
+	sub := mk("dir", func(p string) error { return os.Mkdir(p, 0o700) })
+	link := mk("link", func(p string) error { return os.Symlink(file, p) })
+	long := filepath.Join(dir, strings.Repeat("l", 107-len(dir)-1)) // fits sun_path; its temporary name does not
+	for _, tc := range []struct{ name, path string }{
+		{"empty", ""},
+		{"abstract without a name", "@"},
+		{"abstract name too long", "@" + strings.Repeat("a", 108)},
+		{"temporary name too long", long},
+		{"a regular file", file},
+		{"a directory", sub},
+		{"a symlink", link},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, err := New(ctx, Config{Path: tc.path})
+			if u != nil {
+				u.Close()
+			}
+			var pe *PathError
+			var oe *net.OpError
+			if !errors.Is(err, ErrBadPath) || !errors.As(err, &pe) || pe.Path != tc.path || !errors.As(err, &oe) || oe.Op != "handoff" {
+				t.Fatalf("New(%q) = %v, want a *net.OpError wrapping a *PathError (ErrBadPath)", tc.path, err)
+			}
+			t.Log(err)
+		})
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "precious\n" {
+		t.Errorf("the regular file at the path: %q, %v", b, err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the symlink at the path: %v, %v", fi, err)
+	}
+	if fi, err := os.Stat(sub); err != nil || !fi.IsDir() {
+		t.Errorf("the directory at the path: %v, %v", fi, err)
+	}
+}
+
+// TestAncestorChecks: a private directory inside one that others may write
+// to (without the sticky bit) is no safer than that one: they can rename it
+// away and put their own in its place. A sticky ancestor, like /tmp, is fine.
+func TestAncestorChecks(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{{0o777, false}, {0o775, false}, {0o777 | os.ModeSticky, true}, {0o755, true}} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			open := filepath.Join(t.TempDir(), "open")
+			private := filepath.Join(open, "private")
+			if err := os.MkdirAll(private, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(open, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			u, err := New(ctx, Config{Path: filepath.Join(private, "h.sock")})
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("New under a %v ancestor: %v", tc.mode, err)
+				}
+				u.Close()
+				return
+			}
+			if u != nil {
+				u.Close()
+			}
+			var ie *InsecurePathError
+			if !errors.As(err, &ie) || ie.Dir != open {
+				t.Fatalf("New under a %v ancestor: %v, want an *InsecurePathError naming %s", tc.mode, err, open)
+			}
+			t.Log(err)
+		})
+	}
 }

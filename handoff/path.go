@@ -18,24 +18,108 @@ import (
 // abstract reports whether path names the abstract namespace ("@name").
 func abstract(path string) bool { return len(path) > 0 && path[0] == '@' }
 
-// checkDir refuses a socket path whose directory others may write to, or that
-// belongs to another user than us or root: anyone who can replace the file can
-// pose as our predecessor. Abstract names have no file; SO_PEERCRED guards them.
+// maxSunPath is the longest path a unix socket address holds: sun_path is
+// 108 bytes, and a file path needs its terminating NUL (an abstract name,
+// whose leading NUL stands for "@", does not).
+const maxSunPath = 107
+
+// checkPath refuses a handoff socket path that cannot work, in New rather
+// than in Ready: empty, too long for sun_path (for a file path, the
+// temporary name Ready binds first too), or naming something that is not a
+// socket (a regular file, a directory, a symlink: Ready would replace it, and
+// connecting to it proves nothing about a predecessor).
+func checkPath(path string) error {
+	bad := func(why string) error { return &PathError{Path: path, Why: why} }
+	switch {
+	case path == "":
+		return bad("empty")
+	case path == "@":
+		return bad("an abstract name needs at least one character after @")
+	case abstract(path):
+		if len(path) > maxSunPath+1 {
+			return bad(fmt.Sprintf("%d bytes; an abstract name holds at most %d after @", len(path)-1, maxSunPath))
+		}
+		return nil
+	}
+	if tmp := tempName(path); len(tmp) > maxSunPath {
+		return bad(fmt.Sprintf("its temporary name %s is %d bytes; a unix socket path holds at most %d", tmp, len(tmp), maxSunPath))
+	}
+	var st unix.Stat_t
+	switch err := unix.Lstat(path, &st); {
+	case errors.Is(err, unix.ENOENT):
+		return nil
+	case err != nil:
+		return &net.OpError{Op: "check", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: os.NewSyscallError("lstat", err)}
+	case st.Mode&unix.S_IFMT != unix.S_IFSOCK:
+		return bad("exists and is " + fileKind(st.Mode) + ", not a socket")
+	}
+	return nil
+}
+
+// fileKind names the type bits of mode.
+func fileKind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "a regular file"
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFLNK:
+		return "a symlink"
+	case unix.S_IFSOCK:
+		return "a socket"
+	}
+	return fmt.Sprintf("file type %#o", mode&unix.S_IFMT)
+}
+
+// checkDir refuses a file path (a handoff socket's, a PID file's) that
+// others could replace: its directory must be a directory owned by us or
+// root and writable by nobody else, and so must every ancestor up to /,
+// except that an ancestor writable by others is fine with the sticky bit
+// (like /tmp: nobody else may rename or remove what we own in it). Both the
+// path as written and the path its symlinks resolve to are checked. Abstract
+// names have no file; SO_PEERCRED guards them.
 func checkDir(path string) error {
 	if abstract(path) {
 		return nil
 	}
-	dir := filepath.Dir(path)
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return &net.OpError{Op: "check", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: err}
+	}
+	dirs := []string{dir}
+	if real, err := filepath.EvalSymlinks(dir); err == nil && real != dir {
+		dirs = append(dirs, real)
+	}
+	for _, d := range dirs {
+		for cur, parent := d, true; ; cur, parent = filepath.Dir(cur), false {
+			if err := checkOneDir(path, cur, parent); err != nil {
+				return err
+			}
+			if cur == "/" || cur == "." {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// checkOneDir checks one directory of path's chain; parent is the directory
+// that holds path itself, which must not be writable by others even with the
+// sticky bit (they could create a name before we do).
+func checkOneDir(path, dir string, parent bool) error {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
-		return &net.OpError{Op: "check", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: os.NewSyscallError("stat", err)}
+		return &net.OpError{Op: "check", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: os.NewSyscallError("stat "+dir, err)}
 	}
 	e := &InsecurePathError{Path: path, Dir: dir, Mode: os.FileMode(st.Mode & 0o7777), UID: st.Uid}
+	sticky := st.Mode&unix.S_ISVTX != 0
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
 		e.Why = "is not a directory"
-	case st.Mode&0o022 != 0:
+	case parent && st.Mode&0o022 != 0:
 		e.Why = "is writable by group or others; use a directory of mode 0700 or 0755"
+	case !parent && st.Mode&0o022 != 0 && !sticky:
+		e.Why = "is an ancestor writable by group or others without the sticky bit: they can replace the directories below it"
 	case st.Uid != uint32(os.Geteuid()) && st.Uid != 0:
 		e.Why = "belongs to another user"
 	default:
@@ -67,13 +151,18 @@ func allowed(cred *unix.Ucred, allow []uint32) error {
 	return &PeerError{PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Allowed: list}
 }
 
+// tempName is the private name Ready binds before it renames it to path.
+func tempName(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"."+strconv.Itoa(os.Getpid())+".tmp")
+}
+
 // listenHandoff creates the listening socket for our successor. For a file
 // path it binds a private temporary name, chmods it 0600 and returns the name
 // to publish later with rename(2) (atomic: a successor never finds no file).
 func listenHandoff(path string) (*net.UnixListener, string, error) {
 	name := path
 	if !abstract(path) {
-		name = filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"."+strconv.Itoa(os.Getpid())+".tmp")
+		name = tempName(path)
 		os.Remove(name) // a leftover of a dead process with our pid
 	}
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})

@@ -114,6 +114,9 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 		u.log = zap.NewNop()
 	}
 	u.log = u.log.With(zap.String("handoff", cfg.Path), zap.Int("pid", os.Getpid()))
+	if err := checkPath(cfg.Path); err != nil {
+		return nil, u.opError(err)
+	}
 	if err := checkDir(cfg.Path); err != nil {
 		return nil, err
 	}
