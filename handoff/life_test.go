@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -202,4 +203,67 @@ func TestAncestorChecks(t *testing.T) {
 			t.Log(err)
 		})
 	}
+}
+
+// TestPIDFileNoFollow: a symlink planted at the PID file's temporary name is
+// not followed: Ready fails with ErrBadPath before it tells the predecessor
+// anything, the link's target keeps its content, and the predecessor process
+// keeps serving. A PID file in a directory others may write to is refused
+// by New.
+func TestPIDFileNoFollow(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		ctx := context.Background()
+		path := handoffPath(t)
+		old := startApp(t, path)
+		addr := old.expect(t, "ready")[3]
+		dir := t.TempDir()
+		victim := filepath.Join(dir, "victim")
+		if err := os.WriteFile(victim, []byte("precious\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		pidFile := filepath.Join(dir, "app.pid")
+		if err := os.Symlink(victim, pidFile+"."+strconv.Itoa(os.Getpid())+".tmp"); err != nil {
+			t.Fatal(err)
+		}
+		u, err := New(ctx, Config{Path: path, PIDFile: pidFile})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Close()
+		ln, err := u.Listen(ctx, "http", "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		err = u.Ready()
+		var pe *PathError
+		if !errors.Is(err, ErrBadPath) || !errors.As(err, &pe) {
+			t.Errorf("Ready with a symlink at the PID file's temporary name: %v, want ErrBadPath", err)
+		}
+		if b, err := os.ReadFile(victim); err != nil || string(b) != "precious\n" {
+			t.Errorf("the symlink's target now holds %q (%v)", b, err)
+		}
+		if _, err := os.Lstat(pidFile); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("PID file created: %v", err)
+		}
+		select {
+		case <-u.Exit():
+		default:
+		}
+		if old.Exited() {
+			t.Fatal("the predecessor exited")
+		}
+		if g, err := request(addr); err != nil || g != 1 {
+			t.Fatalf("predecessor after the failed Ready: generation %d, %v", g, err)
+		}
+		open := t.TempDir()
+		if err := os.Chmod(open, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		_, err = New(ctx, Config{Path: filepath.Join(t.TempDir(), "h.sock"), PIDFile: filepath.Join(open, "app.pid")})
+		var ie *InsecurePathError
+		if !errors.As(err, &ie) || ie.Dir != open {
+			t.Errorf("New with a PID file in a 0777 directory: %v, want an *InsecurePathError naming it", err)
+		}
+	})
 }

@@ -217,12 +217,42 @@ func unpublish(path string, ino uint64) {
 	}
 }
 
-// writePIDFile replaces path atomically with our pid.
-func writePIDFile(path string) error {
-	tmp := path + "." + strconv.Itoa(os.Getpid()) + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
-		return fmt.Errorf("write pid file: %w", err)
+// preparePIDFile writes our pid to the PID file's temporary name, which it
+// creates with O_EXCL|O_NOFOLLOW: it never writes through a link someone
+// planted there (a *PathError), and it removes only a regular file of ours
+// left there by a dead process with our pid. commitPIDFile renames it over
+// path.
+func preparePIDFile(path string) (tmp string, err error) {
+	tmp = path + "." + strconv.Itoa(os.Getpid()) + ".tmp"
+	var st unix.Stat_t
+	if unix.Lstat(tmp, &st) == nil {
+		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) {
+			return "", &PathError{Path: tmp, Why: "the PID file's temporary name exists and is " + fileKind(st.Mode) + " we did not leave: not following or replacing it"}
+		}
+		os.Remove(tmp)
 	}
+	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ELOOP) {
+			return "", &PathError{Path: tmp, Why: "the PID file's temporary name was created by someone else meanwhile"}
+		}
+		return "", fmt.Errorf("write pid file: %w", os.NewSyscallError("open "+tmp, err))
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, err = f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("write pid file: %w", err)
+	}
+	return tmp, nil
+}
+
+// commitPIDFile renames the temporary PID file over path (rename replaces a
+// link at path; it does not follow it).
+func commitPIDFile(tmp, path string) error {
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("write pid file: %w", err)

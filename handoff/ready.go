@@ -33,6 +33,18 @@ func (u *Upgrader) Ready() error {
 		u.log.Warn("inherited socket not claimed by Listen; closing it", zap.String("event", "handoff.unclaimed"), zap.String("name", name), zap.String("address", s.info.Address))
 		s.close()
 	}
+	// The PID file is written before the predecessor hears anything, so
+	// that a failure leaves it serving; it is renamed into place at the end.
+	var pidTmp string
+	if u.cfg.PIDFile != "" {
+		var err error
+		if pidTmp, err = preparePIDFile(u.cfg.PIDFile); err != nil {
+			if pred != nil {
+				pred.Close()
+			}
+			return u.opError(fmt.Errorf("ready: %w", err))
+		}
+	}
 	s := &server{u: u, path: u.cfg.Path, conns: map[*conn]bool{}}
 	var tmp string
 	var err error
@@ -41,6 +53,7 @@ func (u *Upgrader) Ready() error {
 			if pred != nil {
 				pred.Close()
 			}
+			removeTemp(pidTmp)
 			return u.opError(fmt.Errorf("ready: %w", err))
 		}
 	}
@@ -61,9 +74,17 @@ func (u *Upgrader) Ready() error {
 			s.ln.Close()
 			os.Remove(tmp)
 		}
+		removeTemp(pidTmp)
 		return u.opError(fmt.Errorf("ready: %w", err))
 	}
-	return u.serve(s)
+	return u.serve(s, pidTmp)
+}
+
+// removeTemp removes a temporary file we created, if any.
+func removeTemp(name string) {
+	if name != "" {
+		os.Remove(name)
+	}
 }
 
 // signal sends ready to the predecessor and waits for done.
@@ -88,13 +109,14 @@ func (u *Upgrader) signal(pred *conn) error {
 	return nil
 }
 
-// serve starts the handoff server and writes the PID file.
-func (u *Upgrader) serve(s *server) error {
+// serve starts the handoff server and renames the PID file into place.
+func (u *Upgrader) serve(s *server, pidTmp string) error {
 	u.mu.Lock()
 	if u.closed {
 		u.mu.Unlock()
 		s.ln.Close()
 		unpublish(s.path, s.ino)
+		removeTemp(pidTmp)
 		return u.opError(fmt.Errorf("ready: %w", ErrClosed))
 	}
 	u.srv = s
@@ -102,8 +124,8 @@ func (u *Upgrader) serve(s *server) error {
 	go s.serve()
 	u.mu.Unlock()
 	u.log.Info("serving handoff socket", zap.String("event", "handoff.serving"), zap.Uint64("generation", u.gen))
-	if u.cfg.PIDFile != "" {
-		if err := writePIDFile(u.cfg.PIDFile); err != nil {
+	if pidTmp != "" {
+		if err := commitPIDFile(pidTmp, u.cfg.PIDFile); err != nil {
 			return u.opError(err)
 		}
 	}

@@ -33,7 +33,9 @@ type Config struct {
 	// WarnOnMismatch makes Listen log an inherited socket whose options differ
 	// from Listen.Options, instead of failing with *reuseport.OptionMismatchError.
 	WarnOnMismatch bool
-	// PIDFile, if set, is replaced atomically with our pid after Ready.
+	// PIDFile, if set, is replaced atomically with our pid by Ready. Its
+	// directory is checked like Path's; its temporary name is created
+	// without following links, before the predecessor is told anything.
 	PIDFile string
 	// Logger receives each step of a handoff; nil means no logging.
 	Logger *zap.Logger
@@ -119,6 +121,11 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 	}
 	if err := checkDir(cfg.Path); err != nil {
 		return nil, err
+	}
+	if cfg.PIDFile != "" {
+		if err := checkDir(cfg.PIDFile); err != nil {
+			return nil, err
+		}
 	}
 	dctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
