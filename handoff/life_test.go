@@ -267,3 +267,55 @@ func TestPIDFileNoFollow(t *testing.T) {
 		}
 	})
 }
+
+// TestListenUnixKeepsFiles: Listen("unix", p) replaces only a stale socket
+// file (one whose connect is refused). A regular file, a directory or a
+// symlink at p is left as it was, with a *PathError naming p.
+func TestListenUnixKeepsFiles(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		ctx := context.Background()
+		dir := t.TempDir()
+		file := filepath.Join(dir, "data")
+		if err := os.WriteFile(file, []byte("precious\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(dir, "link")
+		if err := os.Symlink(file, link); err != nil {
+			t.Fatal(err)
+		}
+		stale := filepath.Join(dir, "stale.sock")
+		sl, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sl.SetUnlinkOnClose(false)
+		sl.Close()
+		u, err := New(ctx, Config{Path: filepath.Join(t.TempDir(), "h.sock")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Close()
+		for _, p := range []string{file, link, dir} {
+			ln, err := u.Listen(ctx, "u-"+filepath.Base(p), "unix", p)
+			if ln != nil {
+				ln.Close()
+			}
+			var pe *PathError
+			if !errors.Is(err, ErrBadPath) || !errors.As(err, &pe) || pe.Path != p {
+				t.Errorf("Listen(unix, %s) = %v, want a *PathError naming it", p, err)
+			}
+		}
+		if b, err := os.ReadFile(file); err != nil || string(b) != "precious\n" {
+			t.Errorf("regular file at the path: %q, %v", b, err)
+		}
+		if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("symlink at the path: %v, %v", fi, err)
+		}
+		ln, err := u.Listen(ctx, "stale", "unix", stale)
+		if err != nil {
+			t.Fatalf("Listen over a stale socket file: %v", err)
+		}
+		ln.Close()
+	})
+}

@@ -239,24 +239,39 @@ func (u *Upgrader) fresh(ctx context.Context, name, kind, network, address strin
 	return &socket{info: socketInfo{Name: name, Kind: kind, Network: network}, fd: fd}, out, nil
 }
 
-// listenUnix listens on a unix path, replacing a stale socket file (one
-// nobody accepts on), and never unlinks it on Close.
+// listenUnix listens on a unix path, replacing a stale socket file (a socket
+// whose connect is refused) and nothing else: any other file at path is a
+// *PathError. It never unlinks path on Close. Errors are not wrapped in a
+// *net.OpError: Listen wraps them once.
 func listenUnix(path string) (*net.UnixListener, error) {
 	addr := &net.UnixAddr{Name: path, Net: "unix"}
 	l, err := net.ListenUnix("unix", addr)
 	if errors.Is(err, syscall.EADDRINUSE) && !abstract(path) {
+		var st unix.Stat_t
+		if lerr := unix.Lstat(path, &st); lerr == nil && st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+			return nil, &PathError{Path: path, Why: "exists and is " + fileKind(st.Mode) + ", not a socket: not replacing it"}
+		}
 		if c, derr := net.Dial("unix", path); derr == nil {
 			c.Close()
-		} else if errors.Is(derr, syscall.ECONNREFUSED) {
+		} else if errors.Is(derr, syscall.ECONNREFUSED) && sameFile(path, st.Ino) {
 			os.Remove(path)
 			l, err = net.ListenUnix("unix", addr)
 		}
+	}
+	if oe := (*net.OpError)(nil); errors.As(err, &oe) {
+		return nil, oe.Err
 	}
 	if err != nil {
 		return nil, err
 	}
 	l.SetUnlinkOnClose(false)
 	return l, nil
+}
+
+// sameFile reports whether path is still the socket file of inode ino.
+func sameFile(path string, ino uint64) bool {
+	var st unix.Stat_t
+	return unix.Lstat(path, &st) == nil && st.Ino == ino && st.Mode&unix.S_IFMT == unix.S_IFSOCK
 }
 
 // dupConn returns a close-on-exec dup of c's fd; the caller owns it.
