@@ -73,9 +73,9 @@ func fileKind(mode uint32) string {
 
 // checkDir refuses a file path (a handoff socket's, a PID file's) that
 // others could replace: its directory must be a directory owned by us or
-// root and writable by nobody else, and so must every ancestor up to /,
-// except that an ancestor writable by others is fine with the sticky bit
-// (like /tmp: nobody else may rename or remove what we own in it). Both the
+// root and writable by nobody else, and no ancestor up to / may be writable
+// by group or others, except with the sticky bit (like /tmp: nobody else may
+// rename or remove what we own in it). Both the
 // path as written and the path its symlinks resolve to are checked. Abstract
 // names have no file; SO_PEERCRED guards them.
 func checkDir(path string) error {
@@ -120,7 +120,9 @@ func checkOneDir(path, dir string, parent bool) error {
 		e.Why = "is writable by group or others; use a directory of mode 0700 or 0755"
 	case !parent && st.Mode&0o022 != 0 && !sticky:
 		e.Why = "is an ancestor writable by group or others without the sticky bit: they can replace the directories below it"
-	case st.Uid != uint32(os.Geteuid()) && st.Uid != 0:
+	case parent && st.Uid != uint32(os.Geteuid()) && st.Uid != 0:
+		// Only the parent's owner is checked: in a user namespace the
+		// owner of / or /tmp shows as the overflow uid.
 		e.Why = "belongs to another user"
 	default:
 		return nil
