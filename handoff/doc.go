@@ -39,10 +39,17 @@
 // widens that. A socket file is created mode 0600 under a temporary name and
 // renamed into place (so a successor always finds a live socket, never none),
 // and New refuses a directory that group or others may write to, or that
-// belongs to another user (*InsecurePathError). An abstract name ("@name") has
+// belongs to another user, and an ancestor directory that group or others may
+// write to without the sticky bit (*InsecurePathError); the PID file's
+// directory is checked the same way, and its temporary file is created with
+// O_EXCL|O_NOFOLLOW before the predecessor hears anything. New also refuses,
+// with a *PathError (ErrBadPath), an empty path, a path (or its temporary
+// name) too long for a unix socket address, and a path where something other
+// than a socket exists. An abstract name ("@name") has
 // no file and no permissions; the credential check guards it, but anyone may
 // squat a free abstract name. A stale socket file (its process died: connect
-// gives ECONNREFUSED) is replaced. Each received fd is checked: fstat says
+// gives ECONNREFUSED) is replaced; Listen("unix", p) likewise replaces only a
+// stale socket, never another kind of file. Each received fd is checked: fstat says
 // socket; SO_DOMAIN, SO_TYPE and SO_PROTOCOL fit the declared kind and network;
 // SO_ACCEPTCONN is set for listeners; getsockname equals the declared address;
 // the reuseport option digest equals the declared one (*ValidationError). Listen
