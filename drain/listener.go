@@ -37,6 +37,12 @@ type Options struct {
 	OnReport func(*Report)
 	// Steerer, if set, is told before the stop that this listener drains.
 	Steerer Steerer
+	// Shared says the socket is held by another process too (for example one
+	// it was inherited from, or handed to, other than through package
+	// handoff, which marks its sockets itself): the stop releases it (closes
+	// our fd) and never shuts it down, which would stop it listening in the
+	// other process as well.
+	Shared bool
 	// CloseTimeout bounds the stop run by Close, which has no context
 	// (http.Server.Shutdown calls Close). Default 1 s.
 	CloseTimeout time.Duration
@@ -112,6 +118,9 @@ func Wrap(l net.Listener, opts Options) (*Listener, error) {
 	}
 	return &Listener{tl: tl, opts: opts, done: make(chan struct{}), wake: make(chan struct{}, 1), taken: make(chan struct{})}, nil
 }
+
+// sharedByOption is Report.Shared for Options.Shared.
+const sharedByOption = "Options.Shared"
 
 func wrapError(l net.Listener, err error) error {
 	return &net.OpError{Op: "wrap", Net: l.Addr().Network(), Addr: l.Addr(), Err: err}

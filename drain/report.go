@@ -13,8 +13,11 @@ type Method string
 
 // The methods, chosen in this order.
 const (
-	// MethodRelease: other processes hold the same socket (after a handoff);
-	// we closed our fd and the socket keeps listening, queue included.
+	// MethodRelease: the socket is shared (a handoff, systemd or
+	// Options.Shared says so), other processes hold it, or the holder scan
+	// cannot prove that none does; we closed our fd and the socket keeps
+	// listening, queue included, in the other holders. StillListening says
+	// whether it did.
 	MethodRelease Method = "release"
 	// MethodMigrate: siblings in the reuseport group and
 	// net.ipv4.tcp_migrate_req=1; shutdown(SHUT_RDWR) moved the queue to them.
@@ -33,16 +36,22 @@ type Report struct {
 	Method Method `json:"method"`
 	Why    string `json:"why"` // what made the method the right one
 
-	Siblings     int   `json:"siblings"`                // other members of the reuseport group
-	OtherHolders []int `json:"other_holders,omitempty"` // other PIDs holding our socket
-	Migration    bool  `json:"migration"`               // net.ipv4.tcp_migrate_req was on
-	Steered      bool  `json:"steered"`                 // the Steerer accepted MarkDraining
+	Siblings     int    `json:"siblings"`                // other members of the reuseport group
+	Shared       string `json:"shared,omitempty"`        // why the socket is known to be shared (a handoff, systemd, Options.Shared)
+	OtherHolders []int  `json:"other_holders,omitempty"` // other PIDs holding our socket
+	Unreadable   []int  `json:"unreadable,omitempty"`    // PIDs whose fds the holder scan could not read
+	// StillListening: after MethodRelease, the socket still listened once
+	// our fd was closed, so another process held it. When false with
+	// LeftQueued 0, nobody did, and close() dropped (or migrated) the queue.
+	StillListening bool `json:"still_listening,omitempty"`
+	Migration      bool `json:"migration"` // net.ipv4.tcp_migrate_req was on
+	Steered        bool `json:"steered"`   // the Steerer accepted MarkDraining
 
 	QueuedAtStop  int `json:"queued_at_stop"` // accept-queue length when the stop began (TCP_INFO)
 	Migrated      int `json:"migrated"`       // TcpExt.TCPMigrateReqSuccess delta
 	MigrateFailed int `json:"migrate_failed"` // TcpExt.TCPMigrateReqFailure delta
 	Accepted      int `json:"accepted"`       // accepted by this process during the stop
-	LeftQueued    int `json:"left_queued"`    // left to the other holders (MethodRelease)
+	LeftQueued    int `json:"left_queued"`    // left to the other holders (MethodRelease, the socket still listening or unknown)
 	QueueAtClose  int `json:"queue_at_close"` // queue length read right before close (MethodAccept)
 	// Remainder is the queued connections not accounted for above: the kernel
 	// may have reset them. With MethodAccept it is QueueAtClose.
@@ -86,8 +95,8 @@ func (r *Report) finish() {
 		r.Remainder = r.QueueAtClose
 	case MethodMigrate:
 		r.Remainder = max(0, r.QueuedAtStop-r.Migrated-r.Accepted)
-	default:
-		r.Remainder = 0
+	default: // MethodRelease: nothing lost unless the socket stopped with our close
+		r.Remainder = max(0, r.QueuedAtStop-r.LeftQueued-r.Migrated)
 	}
 	r.Took = time.Since(r.Started)
 }
@@ -102,6 +111,9 @@ func (r *Report) log(log *zap.Logger) {
 		zap.Int("queued_at_stop", r.QueuedAtStop), zap.Int("migrated", r.Migrated),
 		zap.Int("accepted", r.Accepted), zap.Int("left_queued", r.LeftQueued), zap.Int("remainder", r.Remainder),
 		zap.Int("out_rsts", r.OutRsts), zap.Bool("estimated", r.Estimated), zap.Duration("took", r.Took),
+	}
+	if r.Method == MethodRelease {
+		fields = append(fields, zap.Bool("still_listening", r.StillListening))
 	}
 	if len(r.Errors) > 0 {
 		fields = append(fields, zap.Strings("errors", r.Errors))

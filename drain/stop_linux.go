@@ -7,8 +7,10 @@ import (
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"net"
 	"os"
+	"slices"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/shared"
 	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
@@ -70,17 +72,20 @@ func (l *Listener) run(ctx context.Context) (*Report, error) {
 		return r, l.opError(err)
 	}
 	r.QueuedAtStop = int(q.Len)
-	l.look(ctx, r)
+	id := l.identify(r)
+	unsure := l.look(ctx, r, id)
 	drainStart := time.Now()
-	switch {
-	case len(r.OtherHolders) > 0:
-		r.Method, r.Why = MethodRelease, fmt.Sprintf("processes %v hold the same socket: it keeps listening", r.OtherHolders)
-		err = l.release(r)
-	case r.Siblings > 0 && r.Migration:
-		r.Method, r.Why = MethodMigrate, fmt.Sprintf("%d siblings and net.ipv4.tcp_migrate_req=1", r.Siblings)
+	r.Method, r.Why = choose(r, unsure)
+	switch r.Method {
+	case MethodRelease:
+		if unsure != "" && r.Shared == "" && len(r.OtherHolders) == 0 {
+			l.opts.Logger.Warn("holder scan incomplete; releasing the socket instead of shutting it down", zap.String("event", "drain.unsure"),
+				zap.String("addr", r.Addr), zap.String("why", unsure), zap.Ints("unreadable", r.Unreadable))
+		}
+		err = l.release(r, id)
+	case MethodMigrate:
 		err = l.migrate(r)
 	default:
-		r.Method, r.Why = MethodAccept, acceptWhy(r)
 		err = l.acceptUntilEmpty(ctx, r)
 	}
 	r.Accepted += int(l.accepted.Load())
@@ -91,6 +96,31 @@ func (l *Listener) run(ctx context.Context) (*Report, error) {
 		return r, l.opError(err)
 	}
 	return r, nil
+}
+
+// choose picks the method. shutdown() (MethodMigrate, MethodAccept) stops the
+// socket in every process that holds it, so it is chosen only when nothing
+// says another process holds it and the holder scan proves none does (unsure
+// is why it cannot). A socket received from a predecessor is shared while the
+// predecessor holds it, which a complete scan can show has ended.
+func choose(r *Report, unsure string) (Method, string) {
+	gone := r.Shared == shared.Predecessor && unsure == "" && len(r.OtherHolders) == 0
+	switch {
+	case r.Shared != "" && !gone:
+		return MethodRelease, "the socket is shared: " + r.Shared
+	case len(r.OtherHolders) > 0:
+		return MethodRelease, fmt.Sprintf("processes %v hold the same socket: it keeps listening", r.OtherHolders)
+	case unsure != "":
+		return MethodRelease, "released, not shut down, as another process may serve on it: " + unsure
+	}
+	m, why := MethodAccept, acceptWhy(r)
+	if r.Siblings > 0 && r.Migration {
+		m, why = MethodMigrate, fmt.Sprintf("%d siblings and net.ipv4.tcp_migrate_req=1", r.Siblings)
+	}
+	if gone {
+		why += "; the predecessor it came from no longer holds it"
+	}
+	return m, why
 }
 
 func acceptWhy(r *Report) string {
@@ -106,27 +136,50 @@ func (l *Listener) opError(err error) error {
 	return &net.OpError{Op: "drain", Net: "tcp", Addr: l.tl.Addr(), Err: err}
 }
 
-// look fills what the kernel shows: siblings, other holders of our socket,
-// the migration sysctl and how many other listeners move the same counters.
-// Failures are recorded; the safe default is accept-until-empty.
-func (l *Listener) look(ctx context.Context, r *Report) {
-	t0 := time.Now()
-	defer func() { r.InspectTook = time.Since(t0) }()
-	var ino uint64
-	var reuse int
-	err := linux.Control(l.tl, func(fd int) error {
+// identity is what identify reads of our socket; ino is 0 when fstat failed.
+type identity struct {
+	ino   uint64
+	reuse bool
+	err   error
+}
+
+// identify reads our socket's inode and SO_REUSEPORT, and fills r.Shared from
+// Options.Shared or package shared's mark.
+func (l *Listener) identify(r *Report) identity {
+	var id identity
+	id.err = linux.Control(l.tl, func(fd int) error {
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			return os.NewSyscallError("fstat", err)
 		}
-		ino = st.Ino
-		var err error
-		reuse, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT)
-		return os.NewSyscallError("getsockopt SO_REUSEPORT", err)
+		id.ino = st.Ino
+		reuse, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT)
+		if err != nil {
+			return os.NewSyscallError("getsockopt SO_REUSEPORT", err)
+		}
+		id.reuse = reuse != 0
+		r.Shared, err = shared.Lookup(fd)
+		return err
 	})
-	if err != nil {
-		r.Errors = append(r.Errors, err.Error())
-		return
+	if l.opts.Shared {
+		r.Shared = sharedByOption
+	}
+	if id.err != nil {
+		r.Errors = append(r.Errors, id.err.Error())
+	}
+	return id
+}
+
+// look fills what the kernel shows: siblings, other holders of our socket,
+// the migration sysctl and how many other listeners move the same counters.
+// It returns why the holder scan cannot prove that no other process holds our
+// socket, or "" when it proves it: a failure, an unreadable process, a /proc
+// that hides processes, or a scan that does not see us hold it.
+func (l *Listener) look(ctx context.Context, r *Report, id identity) (unsure string) {
+	t0 := time.Now()
+	defer func() { r.InspectTook = time.Since(t0) }()
+	if id.err != nil {
+		return "cannot identify our socket: " + id.err.Error()
 	}
 	if on, err := reuseport.MigrationEnabled(); err == nil {
 		r.Migration = on
@@ -137,19 +190,23 @@ func (l *Listener) look(ctx context.Context, r *Report) {
 	g, err := reuseport.Inspect(ctx, netipString(ap))
 	if err != nil {
 		r.Errors = append(r.Errors, err.Error())
-		return
+		return "the holder scan failed: " + err.Error()
+	}
+	if all, err := sockdiag.Listeners(0); err == nil && len(all) > 1 {
+		r.Estimated = true
+		r.EstimateNote = fmt.Sprintf("%d other listeners in this network namespace move the same counters", len(all)-1)
 	}
 	// The scan numbers processes as /proc does, which is not os.Getpid() in
 	// a PID namespace that kept its parent's /proc: taking ourselves for
-	// another holder would release the socket, that is close it while it
-	// listens, instead of shutting it down.
+	// another holder would release the socket instead of shutting it down.
 	self, err := sockdiag.SelfPID()
 	if err != nil {
-		self = os.Getpid()
+		return "/proc does not show us: " + err.Error()
 	}
+	seen := false
 	for _, m := range g.Members {
-		if m.Inode != ino {
-			if reuse != 0 {
+		if m.Inode != id.ino {
+			if id.reuse {
 				r.Siblings++
 			}
 			continue
@@ -157,19 +214,66 @@ func (l *Listener) look(ctx context.Context, r *Report) {
 		for _, p := range m.Processes {
 			if p.PID != self {
 				r.OtherHolders = append(r.OtherHolders, p.PID)
+			} else {
+				seen = true
 			}
 		}
 	}
-	if all, err := sockdiag.Listeners(0); err == nil && len(all) > 1 {
-		r.Estimated = true
-		r.EstimateNote = fmt.Sprintf("%d other listeners in this network namespace move the same counters", len(all)-1)
+	// A process older than us holds our socket only if it was sent to it,
+	// which handoff marks (Options.Shared otherwise).
+	unreadable, err := sockdiag.Younger(g.Unreadable, self)
+	if err != nil {
+		return "cannot tell which unreadable processes started after us: " + err.Error()
 	}
+	r.Unreadable = unreadable
+	hidden, err := sockdiag.Hidden()
+	switch {
+	case len(unreadable) > 0:
+		return fmt.Sprintf("the holder scan could not read the fds of %d processes started after us (%s)", len(unreadable), shortPIDs(unreadable))
+	case err != nil:
+		return "cannot tell whether /proc shows every process: " + err.Error()
+	case hidden != "":
+		return hidden
+	case !seen:
+		return fmt.Sprintf("the holder scan does not see pid %d holding the socket", self)
+	}
+	return ""
 }
 
-// release closes our fd of a socket other processes still hold.
-func (l *Listener) release(r *Report) error {
+func shortPIDs(pids []int) string {
+	if len(pids) <= 8 {
+		return fmt.Sprintf("pids %v", pids)
+	}
+	return fmt.Sprintf("pids %v and %d more", pids[:8], len(pids)-8)
+}
+
+// release closes our fd of a socket other processes hold, or may hold: the
+// socket keeps listening, queue included, in them. It then looks whether it
+// still listens. If it does not, no other process held it, and close()
+// dropped its queue (migrated it, with siblings and the sysctl on): the
+// report counts those connections as the remainder, not as left queued.
+func (l *Listener) release(r *Report, id identity) error {
+	port := uint16(l.tl.Addr().(*net.TCPAddr).Port)
+	before, cerr := reuseport.ReadCounters()
+	err := closeListener(l.tl)
+	after, cerr2 := reuseport.ReadCounters()
 	r.LeftQueued = r.QueuedAtStop
-	return closeListener(l.tl)
+	ls, lerr := sockdiag.Listeners(port)
+	if lerr != nil || id.ino == 0 {
+		r.Errors = append(r.Errors, "after release, cannot tell whether the socket still listens: "+errors.Join(lerr, id.err).Error())
+		return err
+	}
+	if slices.ContainsFunc(ls, func(x sockdiag.Listener) bool { return x.Inode == id.ino }) {
+		r.StillListening = true
+		return err
+	}
+	r.LeftQueued = 0
+	r.Why += "; no other process held it: it stopped listening at our close"
+	if cerr == nil && cerr2 == nil {
+		d := after.Sub(before)
+		r.Migrated, r.MigrateFailed, r.OutRsts = int(d.MigrateReqSuccess), int(d.MigrateReqFailure), int(d.OutRsts)
+	}
+	return err
 }
 
 // migrate shuts the socket down, which moves its queue to siblings inside the

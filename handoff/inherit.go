@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
+	"github.com/zerodrop/zerodrop/internal/shared"
 	"go.uber.org/zap"
 )
 
@@ -101,6 +102,7 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 		u.inh = make(map[string]*socket, len(socks))
 		for _, s := range socks {
 			u.inh[s.info.Name] = s
+			shared.Mark(s.fd, shared.Predecessor) // a failure leaves drain to its holder scan
 		}
 	}
 	if err != nil {

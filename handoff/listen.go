@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
+	"github.com/zerodrop/zerodrop/internal/shared"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -202,6 +203,7 @@ func (u *Upgrader) activated(name, kind, network, address string) (*socket, *obt
 		f.Close()
 		return nil, nil, err
 	}
+	shared.Mark(fd, shared.Systemd) // a failure leaves drain to its holder scan
 	u.log.Info("from systemd", zap.String("event", "handoff.listen.systemd"), zap.String("name", name), zap.String("network", network), zap.String("address", address))
 	return &socket{info: socketInfo{Name: name, Kind: kind, Network: network}, fd: fd}, &obtained{file: f}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/shared"
 	"go.uber.org/zap"
 )
 
@@ -139,6 +140,9 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 	res := Result{From: s.u.gen, PID: f.PID}
 	start := time.Now()
 	err = s.transfer(c, h, log, &res)
+	if err != nil {
+		share(s.u.offer(), false)
+	}
 	res.Took = time.Since(start)
 	// Free the slot before a failure becomes observable, so that a successor
 	// started after Observe reports the failure is not told "in progress".
@@ -172,6 +176,7 @@ func (s *server) transfer(c *conn, h *frame, log *zap.Logger, res *Result) error
 	}
 	socks := s.u.offer()
 	res.Sockets = len(socks)
+	share(socks, true)
 	infos := make([]socketInfo, len(socks))
 	for i, so := range socks {
 		infos[i] = so.info
@@ -238,4 +243,17 @@ func (u *Upgrader) offer() []*socket {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]*socket(nil), u.socks...)
+}
+
+// share marks socks as handed to a successor (package shared), which makes
+// their drain a release, or takes the marks back after a failed handoff. A
+// mark that fails (fstat of our own fd) leaves drain to its holder scan.
+func share(socks []*socket, on bool) {
+	for _, so := range socks {
+		if on {
+			shared.Mark(so.fd, shared.Successor)
+		} else {
+			shared.Unmark(so.fd, shared.Successor)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/zerodrop/zerodrop/internal/shared"
 	"go.uber.org/zap"
 )
 
@@ -122,7 +123,11 @@ func (n *Notifier) Store(name string, conn syscall.Conn) error {
 		return &NotifyError{Op: "store", Socket: n.Socket, State: msg, Err: err}
 	}
 	var serr error
-	if err := rc.Control(func(fd uintptr) { serr = send(n.Socket, msg, int(fd)) }); err != nil {
+	if err := rc.Control(func(fd uintptr) {
+		if serr = send(n.Socket, msg, int(fd)); serr == nil {
+			shared.Mark(int(fd), shared.Systemd) // systemd holds it now; drain releases it
+		}
+	}); err != nil {
 		serr = err
 	}
 	if serr != nil {

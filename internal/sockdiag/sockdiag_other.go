@@ -30,3 +30,15 @@ func NetNS() (uint64, error) {
 func SelfPID() (int, error) {
 	return 0, fmt.Errorf("sockdiag: self pid: %w", errors.ErrUnsupported)
 }
+
+// Hidden needs Linux's /proc; on this system it returns an error wrapping
+// errors.ErrUnsupported.
+func Hidden() (string, error) {
+	return "", fmt.Errorf("sockdiag: hidden: %w", errors.ErrUnsupported)
+}
+
+// Younger needs Linux's /proc; on this system it returns an error wrapping
+// errors.ErrUnsupported.
+func Younger(pids []int, self int) ([]int, error) {
+	return nil, fmt.Errorf("sockdiag: younger: %w", errors.ErrUnsupported)
+}

@@ -1,0 +1,165 @@
+package sockdiag
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// initPIDNS is the inode of the initial PID namespace (PROC_PID_INIT_INO).
+const initPIDNS = "pid:[4026531836]"
+
+// capSysPtrace is CAP_SYS_PTRACE's bit in CapEff.
+const capSysPtrace = 19
+
+// Hidden says why Owners cannot see every process that could hold a socket,
+// or "" when nothing hides one from it: /proc shows only a PID namespace
+// (mounted for one other than the initial), or /proc is mounted with hidepid
+// and we lack CAP_SYS_PTRACE. Unreadable fd directories are Owners' to report.
+// A /proc that cannot be checked is an error: the caller must assume it hides.
+func Hidden() (string, error) {
+	if why, err := pidScope(); why != "" || err != nil {
+		return why, err
+	}
+	hide, err := hidepid()
+	if err != nil || hide == "" {
+		return "", err
+	}
+	if ok, err := hasPtrace(); err != nil || ok {
+		return "", err
+	}
+	return fmt.Sprintf("%s is mounted with hidepid=%s and we lack CAP_SYS_PTRACE", procRoot, hide), nil
+}
+
+// hidepid returns the hidepid option of the /proc mount, "" when it hides
+// nothing.
+func hidepid() (string, error) {
+	f, err := os.Open(procRoot + "/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("sockdiag: mountinfo: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	hide := ""
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options ... - fstype source superoptions
+		fields := strings.Fields(sc.Text())
+		sep := slices.Index(fields, "-")
+		if sep < 5 || sep+3 >= len(fields) || fields[4] != procRoot || fields[sep+1] != "proc" {
+			continue
+		}
+		hide = "" // the last mount on /proc is the one we see
+		for o := range strings.SplitSeq(fields[sep+3], ",") {
+			if v, ok := strings.CutPrefix(o, "hidepid="); ok && v != "0" && v != "off" {
+				hide = v
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", fmt.Errorf("sockdiag: mountinfo: %w", err)
+	}
+	return hide, nil
+}
+
+// hasPtrace reports whether CAP_SYS_PTRACE is in our effective set.
+func hasPtrace() (bool, error) {
+	b, err := os.ReadFile(procRoot + "/self/status")
+	if err != nil {
+		return false, fmt.Errorf("sockdiag: status: %w", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				return false, fmt.Errorf("sockdiag: status: CapEff: %w", err)
+			}
+			return caps&(1<<capSysPtrace) != 0, nil
+		}
+	}
+	return false, fmt.Errorf("sockdiag: status: no CapEff line")
+}
+
+// Younger returns the PIDs among pids whose processes started no earlier than
+// self's (ties count), in order; those whose start cannot be read are kept.
+// Only such a process can hold a socket created or inherited by self without
+// self sending it over a unix socket. A process gone meanwhile is dropped.
+func Younger(pids []int, self int) ([]int, error) {
+	mine, err := startTime(self)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, pid := range pids {
+		t, err := startTime(pid)
+		if gone(err) {
+			continue
+		}
+		if err != nil || t >= mine {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
+// startTime reads field 22 of /proc/PID/stat: clock ticks after boot.
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	fields := strings.Fields(s[i+1:]) // from field 3, state
+	if i < 0 || len(fields) < 20 {
+		return 0, fmt.Errorf("sockdiag: %s/%d/stat: too short", procRoot, pid)
+	}
+	t, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("sockdiag: %s/%d/stat: starttime: %w", procRoot, pid, err)
+	}
+	return t, nil
+}
+
+// pidScope says why /proc shows only one PID namespace, or "". It reads the
+// namespace of /proc's PID 1; when that is not allowed (another user namespace
+// owns PID 1), ours: if it is not the initial one and /proc numbers us as our
+// own namespace does (NSpid has one entry), /proc is our namespace's. A /proc
+// of an ancestor namespace (NSpid longer) shows all of ours.
+func pidScope() (string, error) {
+	link, err := os.Readlink(procRoot + "/1/ns/pid")
+	if errors.Is(err, fs.ErrPermission) {
+		if link, err = os.Readlink(procRoot + "/self/ns/pid"); err == nil && link != initPIDNS {
+			var n int
+			if n, err = nsPIDs(); err == nil && n > 1 {
+				return "", nil
+			}
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("sockdiag: pid namespace of %s: %w", procRoot, err)
+	}
+	if link != initPIDNS {
+		return fmt.Sprintf("%s shows only PID namespace %s, not processes outside it", procRoot, link), nil
+	}
+	return "", nil
+}
+
+// nsPIDs counts the entries of NSpid in /proc/self/status.
+func nsPIDs() (int, error) {
+	b, err := os.ReadFile(procRoot + "/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			return len(strings.Fields(v)), nil
+		}
+	}
+	return 0, fmt.Errorf("sockdiag: %s/self/status: no NSpid line", procRoot)
+}
