@@ -1,0 +1,254 @@
+package drain_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/handoff"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/reuseport"
+	"golang.org/x/sys/unix"
+)
+
+// Environment of the "owner" helper.
+const (
+	envOwnPath   = "ZD_OWN_PATH"   // handoff path
+	envOwnAllow  = "ZD_OWN_ALLOW"  // a UID for Config.AllowUIDs
+	envOwnNoDump = "ZD_OWN_NODUMP" // 1: prctl(PR_SET_DUMPABLE, 0) first
+	envOwnAddr   = "ZD_OWN_ADDR"   // address of "http"
+)
+
+func init() { netnstest.RegisterHelper("owner", ownerMain) }
+
+// ownerMain is one generation of a handoff-upgraded server whose listener is
+// wrapped by drain: it answers each connection with "gen <g>\n", prints
+// "ready <g> <pid>", and on Exit stops the listener (drain.Listener.Stop),
+// prints "report <method> <still_listening>" and exits once its connections
+// are answered.
+func ownerMain() {
+	if err := owner(); err != nil {
+		fmt.Printf("error %v\n", strings.ReplaceAll(err.Error(), "\n", " "))
+		os.Exit(1)
+	}
+}
+
+func owner() error {
+	if os.Getenv(envOwnNoDump) != "" {
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			return err
+		}
+	}
+	ctx := context.Background()
+	cfg := handoff.Config{Path: os.Getenv(envOwnPath), Timeout: 30 * time.Second, Listen: reuseport.Config{Migration: reuseport.MigrationIgnore}}
+	if s := os.Getenv(envOwnAllow); s != "" {
+		uid, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return err
+		}
+		cfg.AllowUIDs = []uint32{uint32(uid)}
+	}
+	u, err := handoff.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer u.Close()
+	ln, err := u.Listen(ctx, "http", "tcp4", os.Getenv(envOwnAddr))
+	if err != nil {
+		return err
+	}
+	dl, err := drain.Wrap(ln, drain.Options{})
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := dl.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := bufio.NewReader(c).ReadString('\n'); err == nil {
+					fmt.Fprintf(c, "gen %d\n", u.Generation())
+				}
+			}()
+		}
+	}()
+	if err := u.Ready(); err != nil {
+		return err
+	}
+	fmt.Printf("ready %d %d\n", u.Generation(), os.Getpid())
+	<-u.Exit()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	r, err := dl.Stop(sctx)
+	cancel()
+	wg.Wait()
+	if r == nil {
+		return err
+	}
+	fmt.Printf("report %s %v\n", r.Method, r.StillListening)
+	return err
+}
+
+// ask sends one request and returns the generation that answered.
+func ask(addr string) (int, error) {
+	c, err := net.DialTimeout("tcp4", addr, 5*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("x\n")); err != nil {
+		return 0, err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	var g int
+	if _, err := fmt.Sscanf(line, "gen %d", &g); err != nil {
+		return 0, fmt.Errorf("answer %q: %w", line, err)
+	}
+	return g, nil
+}
+
+// ownerProc is a running "owner" helper and its stdout lines.
+type ownerProc struct {
+	*netnstest.Proc
+	lines chan string
+}
+
+func startOwner(t *testing.T, opts netnstest.HelperOptions) *ownerProc {
+	t.Helper()
+	p := netnstest.StartHelper(t, "owner", opts)
+	o := &ownerProc{Proc: p, lines: make(chan string, 8)}
+	go func() {
+		defer close(o.lines)
+		sc := bufio.NewScanner(p.Stdout)
+		for sc.Scan() {
+			o.lines <- sc.Text()
+		}
+	}()
+	return o
+}
+
+// expect waits (bounded) for the next line and checks its first word.
+func (o *ownerProc) expect(t *testing.T, word string) []string {
+	t.Helper()
+	select {
+	case line, ok := <-o.lines:
+		f := strings.Fields(line)
+		if !ok || len(f) == 0 || f[0] != word {
+			t.Fatalf("owner pid %d: got %q (open=%v), want %q ...", o.Cmd.Process.Pid, line, ok, word)
+		}
+		return f
+	case <-time.After(60 * time.Second):
+		t.Fatalf("owner pid %d: no %q line in 60 s", o.Cmd.Process.Pid, word)
+	}
+	return nil
+}
+
+// TestHandedSocketReleased hands a listener from one process to its
+// successor in cases where the predecessor cannot see the successor in
+// /proc, with a client loop running throughout: the predecessor's drain must
+// release the socket (never shut it down), no request may fail, and the
+// successor must answer after the predecessor exited.
+func TestHandedSocketReleased(t *testing.T) {
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	other := &syscall.Credential{Uid: 65533, Gid: 65534}
+	cases := []struct {
+		name       string
+		pred, succ *syscall.Credential
+		succEnv    []string
+	}{
+		{name: "nondumpable", pred: nobody, succ: nobody, succEnv: []string{envOwnNoDump + "=1"}},
+		{name: "other-uid", pred: nobody, succ: other, succEnv: []string{envOwnAllow + "=65534"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+				testHanded(t, tc.pred, tc.succ, []string{envOwnAllow + "=65533"}, tc.succEnv)
+			})
+		})
+	}
+}
+
+func testHanded(t *testing.T, pred, succ *syscall.Credential, env, succEnv []string) {
+	bin := netnstest.ExecutableCopy(t)
+	probe := listenTCP(t, "127.0.0.1:0")
+	addr := probe.Addr().String()
+	probe.Close()
+	common := append([]string{envOwnPath + "=@zd-own-" + strconv.Itoa(os.Getpid()), envOwnAddr + "=" + addr}, env...)
+	before := netnstest.Snapshot(t)
+
+	p1 := startOwner(t, netnstest.HelperOptions{Path: bin, Credential: pred, Env: common})
+	p1.expect(t, "ready")
+
+	var stop atomic.Bool
+	var ok, failed atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	t.Cleanup(func() { stop.Store(true); wg.Wait() })
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(2 * time.Minute)
+			for !stop.Load() && time.Now().Before(deadline) {
+				if _, err := ask(addr); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				} else {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	p2 := startOwner(t, netnstest.HelperOptions{Path: bin, Credential: succ, Env: append(append([]string{}, common...), succEnv...)})
+	p2.expect(t, "ready")
+	rep := p1.expect(t, "report")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	werr := p1.Wait(ctx)
+	cancel()
+	// The client loop goes on after the predecessor exited.
+	after := ok.Load()
+	for i := 0; i < 200 && ok.Load() < after+200; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if werr != nil {
+		t.Errorf("predecessor: %v", werr)
+	}
+	for i := range 20 {
+		if g, err := ask(addr); err != nil || g != 2 {
+			t.Fatalf("request %d after the predecessor exited: generation %d, %v; want 2", i, g, err)
+		}
+	}
+	p2.Kill()
+	d := before.Delta(t, "Tcp.OutRsts", "TcpExt.ListenDrops")
+	t.Logf("predecessor report %v; %d answered, %d failed; counters %v", rep[1:], ok.Load(), failed.Load(), d)
+	if rep[1] != string(drain.MethodRelease) || rep[2] != "true" {
+		t.Errorf("predecessor stopped with method %s, still listening %s; want release, true", rep[1], rep[2])
+	}
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d requests failed (first: %v)", n, firstErr.Load())
+	}
+}
