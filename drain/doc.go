@@ -9,8 +9,11 @@
 // at the reuseport group and the processes holding the socket (sock_diag and
 // /proc, as reuseport.Inspect does), and picks one method:
 //
-//   - MethodRelease: another process holds the same socket (after a handoff).
-//     We close our fd; the socket and its queue live on.
+//   - MethodRelease: the socket is shared, another process holds it, or
+//     nothing proves that none does (see Ownership). We close our fd; the
+//     socket and its queue live on in the other holders. Report.StillListening
+//     says whether it did; if it stopped at our close, nobody else held it,
+//     and its queued connections are counted as the remainder.
 //   - MethodMigrate: the group has siblings and net.ipv4.tcp_migrate_req=1.
 //     shutdown(SHUT_RDWR) on the listening fd moves the queue to the siblings
 //     inside the call (TcpExt.TCPMigrateReqSuccess counts them); then close.
@@ -46,6 +49,27 @@
 // shows with the PID /proc gives us (not os.Getpid(), which differs in a PID
 // namespace that kept its parent's /proc).
 //
+// # Ownership
+//
+// shutdown() stops a socket listening in every process that holds it, so
+// the stop never chooses it for a socket that is known to be shared, and
+// chooses it only when the holder scan proves we are the last holder. A
+// socket is known to be shared when package handoff handed it to a successor
+// or received it from a predecessor, or got it from systemd (socket
+// activation or the fd store): handoff records that itself (the fact does not
+// come from /proc), and Report.Shared says which. Options.Shared marks any
+// other listener shared, for example one a supervisor passed us and keeps. A
+// socket received from a predecessor stops counting as shared once a complete
+// scan shows the predecessor no longer holds it.
+//
+// Otherwise the scan decides, and it must be complete: a process started
+// after us whose fds we cannot read (another UID, a non-dumpable process,
+// hidepid=1), a /proc that shows only a PID namespace or hides processes
+// (hidepid=2), a failed scan, or a scan that does not see us holding the
+// socket make the stop release the socket, say why in Report.Why, list the
+// PIDs in Report.Unreadable, and log drain.unsure. A process older than us
+// can hold our socket only if it was sent to it, which the marks cover.
+//
 // # The report
 //
 // Report counts the connections queued at the stop, migrated (counter delta),
@@ -74,8 +98,8 @@
 //
 // Linux. Migration needs 5.14 (net.ipv4.tcp_migrate_req); the other methods
 // work on any kernel with sock_diag (3.3). Seeing which processes hold a socket
-// needs the same UID or CAP_SYS_PTRACE; without it, MethodRelease cannot be
-// detected and the drain accepts instead (which loses nothing). MPTCP listeners
+// needs the same UID or CAP_SYS_PTRACE; without it the drain releases the
+// socket (see Ownership). MPTCP listeners
 // (Go's default for net.Listen since 1.24) are refused: use
 // net.ListenConfig.SetMultipathTCP(false) or reuseport.Listen.
 package drain

@@ -32,6 +32,19 @@
 //	ln.Close()         // stop accepting; then drain and exit
 //	u.Close()
 //
+// # Ownership
+//
+// A socket handed to a successor (from the moment it is sent; the mark is
+// taken back if that handoff fails), one received from a predecessor, and
+// one from systemd (activation, or systemd.Notifier.Store) is held by
+// another process too. The Upgrader records that (internal package shared,
+// keyed by the socket's device and inode), and package drain reads it: such a
+// socket's drain closes our fd and never calls shutdown(), which would stop it
+// listening in the successor too. This does not depend on reading the other
+// process's /proc/PID/fd (a non-dumpable successor, another UID through
+// AllowUIDs, hidepid or a PID namespace hide it). A listener closed without
+// package drain is only closed, which is a release too.
+//
 // # Security
 //
 // Both ends read the peer's credentials (SO_PEERCRED): by default only a
