@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ const (
 	envOwnAllow  = "ZD_OWN_ALLOW"  // a UID for Config.AllowUIDs
 	envOwnNoDump = "ZD_OWN_NODUMP" // 1: prctl(PR_SET_DUMPABLE, 0) first
 	envOwnAddr   = "ZD_OWN_ADDR"   // address of "http"
+	envOwnProc   = "ZD_OWN_PROC"   // 1: mount a /proc of our PID namespace first (CLONE_NEWPID|CLONE_NEWNS)
 )
 
 func init() { netnstest.RegisterHelper("owner", ownerMain) }
@@ -44,6 +46,14 @@ func ownerMain() {
 }
 
 func owner() error {
+	if os.Getenv(envOwnProc) != "" {
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return fmt.Errorf("make / private: %w", err)
+		}
+		if err := unix.Mount("proc", "/proc", "proc", 0, ""); err != nil {
+			return fmt.Errorf("mount proc: %w", err)
+		}
+	}
 	if os.Getenv(envOwnNoDump) != "" {
 		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 			return err
@@ -177,28 +187,42 @@ func TestHandedSocketReleased(t *testing.T) {
 		name       string
 		pred, succ *syscall.Credential
 		succEnv    []string
+		pidns      bool // each generation in its own PID namespace, with its own /proc
 	}{
 		{name: "nondumpable", pred: nobody, succ: nobody, succEnv: []string{envOwnNoDump + "=1"}},
 		{name: "other-uid", pred: nobody, succ: other, succEnv: []string{envOwnAllow + "=65534"}},
+		{name: "pid-namespaces", pidns: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
-				testHanded(t, tc.pred, tc.succ, []string{envOwnAllow + "=65533"}, tc.succEnv)
+				opts := func(cred *syscall.Credential, env []string) netnstest.HelperOptions {
+					o := netnstest.HelperOptions{Credential: cred, Env: env}
+					if tc.pidns {
+						o.Env = append(o.Env, envOwnProc+"=1")
+						o.Setup = func(cmd *exec.Cmd) { cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID | syscall.CLONE_NEWNS }
+					}
+					return o
+				}
+				testHanded(t, opts(tc.pred, []string{envOwnAllow + "=65533"}), opts(tc.succ, tc.succEnv))
 			})
 		})
 	}
 }
 
-func testHanded(t *testing.T, pred, succ *syscall.Credential, env, succEnv []string) {
+// testHanded runs the predecessor with pred, then the successor with succ
+// (Env added to the common environment; the last value of a key wins).
+func testHanded(t *testing.T, pred, succ netnstest.HelperOptions) {
 	bin := netnstest.ExecutableCopy(t)
 	probe := listenTCP(t, "127.0.0.1:0")
 	addr := probe.Addr().String()
 	probe.Close()
-	common := append([]string{envOwnPath + "=@zd-own-" + strconv.Itoa(os.Getpid()), envOwnAddr + "=" + addr}, env...)
+	common := []string{envOwnPath + "=@zd-own-" + strconv.Itoa(os.Getpid()), envOwnAddr + "=" + addr}
+	pred.Path, pred.Env = bin, append(append([]string{}, common...), pred.Env...)
+	succ.Path, succ.Env = bin, append(append([]string{}, common...), succ.Env...)
 	before := netnstest.Snapshot(t)
 
-	p1 := startOwner(t, netnstest.HelperOptions{Path: bin, Credential: pred, Env: common})
+	p1 := startOwner(t, pred)
 	p1.expect(t, "ready")
 
 	var stop atomic.Bool
@@ -221,7 +245,7 @@ func testHanded(t *testing.T, pred, succ *syscall.Credential, env, succEnv []str
 			}
 		}()
 	}
-	p2 := startOwner(t, netnstest.HelperOptions{Path: bin, Credential: succ, Env: append(append([]string{}, common...), succEnv...)})
+	p2 := startOwner(t, succ)
 	p2.expect(t, "ready")
 	rep := p1.expect(t, "report")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
