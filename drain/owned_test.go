@@ -302,3 +302,29 @@ func testHanded(t *testing.T, pred, succ netnstest.HelperOptions, unsure bool) {
 		t.Errorf("%d requests failed (first: %v)", n, firstErr.Load())
 	}
 }
+
+// TestSharedLastHolder: a listener marked shared (Options.Shared) that no
+// other process holds is released, never shut down, and the report says what
+// that cost: the socket stopped at our close, its queue is the remainder (not
+// "left queued"), and the clients were reset.
+func TestSharedLastHolder(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		tl := listenTCP(t, "127.0.0.1:0")
+		cs := netnstest.Queue(t, tl.Addr().String(), 3, netnstest.ClientOptions{})
+		netnstest.WaitQueue(t, tl, 3)
+		dl, err := drain.Wrap(tl, drain.Options{Shared: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dl.Close(); err != nil {
+			t.Fatal(err)
+		}
+		rep := dl.Report()
+		if rep.Method != drain.MethodRelease || rep.Shared == "" || rep.StillListening || rep.QueuedAtStop != 3 || rep.LeftQueued != 0 || rep.Remainder != 3 {
+			t.Errorf("report %+v, want release of a socket that stopped, 3 queued, 0 left queued, remainder 3", rep)
+		}
+		if tally := cs.Await(10 * time.Second); tally[netnstest.Reset] != 3 {
+			t.Errorf("clients %v, want 3 reset (the report's remainder)", tally)
+		}
+	})
+}
