@@ -154,37 +154,13 @@ func ask(addr string) (int, error) {
 // ownerProc is a running "owner" helper and its stdout lines.
 type ownerProc struct {
 	*netnstest.Proc
-	lines chan string
+	*netnstest.Lines
 }
 
 func startOwner(t *testing.T, opts netnstest.HelperOptions) *ownerProc {
 	t.Helper()
 	p := netnstest.StartHelper(t, "owner", opts)
-	o := &ownerProc{Proc: p, lines: make(chan string, 8)}
-	go func() {
-		defer close(o.lines)
-		sc := bufio.NewScanner(p.Stdout)
-		for sc.Scan() {
-			o.lines <- sc.Text()
-		}
-	}()
-	return o
-}
-
-// expect waits (bounded) for the next line and checks its first word.
-func (o *ownerProc) expect(t *testing.T, word string) []string {
-	t.Helper()
-	select {
-	case line, ok := <-o.lines:
-		f := strings.Fields(line)
-		if !ok || len(f) == 0 || f[0] != word {
-			t.Fatalf("owner pid %d: got %q (open=%v), want %q ...", o.Cmd.Process.Pid, line, ok, word)
-		}
-		return f
-	case <-time.After(60 * time.Second):
-		t.Fatalf("owner pid %d: no %q line in 60 s", o.Cmd.Process.Pid, word)
-	}
-	return nil
+	return &ownerProc{Proc: p, Lines: netnstest.ReadLines(p.Stdout)}
 }
 
 // TestHandedSocketReleased hands a listener from one process to its
@@ -246,7 +222,7 @@ func testHanded(t *testing.T, pred, succ netnstest.HelperOptions, unsure bool) {
 	before := netnstest.Snapshot(t)
 
 	p1 := startOwner(t, pred)
-	p1.expect(t, "ready")
+	p1.Expect(t, "ready")
 
 	var stop atomic.Bool
 	var ok, failed atomic.Int64
@@ -269,8 +245,8 @@ func testHanded(t *testing.T, pred, succ netnstest.HelperOptions, unsure bool) {
 		}()
 	}
 	p2 := startOwner(t, succ)
-	p2.expect(t, "ready")
-	rep := p1.expect(t, "report")
+	p2.Expect(t, "ready")
+	rep := p1.Expect(t, "report")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	werr := p1.Wait(ctx)
 	cancel()

@@ -1,0 +1,31 @@
+package netnstest
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Lines is a helper process's output, read line by line in order.
+type Lines struct{ ch <-chan string }
+
+// ReadLines reads r (a helper's Stdout) until EOF.
+func ReadLines(r io.Reader) *Lines { return &Lines{ch: readLines(r)} }
+
+// Expect waits up to 60 s for the next line, checks that its first word is
+// word, and returns its words.
+func (l *Lines) Expect(tb testing.TB, word string) []string {
+	tb.Helper()
+	select {
+	case line, ok := <-l.ch:
+		f := strings.Fields(line)
+		if !ok || len(f) == 0 || f[0] != word {
+			tb.Fatalf("helper said %q (open=%v), want %q ...", line, ok, word)
+		}
+		return f
+	case <-time.After(60 * time.Second):
+		tb.Fatalf("no %q line from the helper in 60 s", word)
+	}
+	return nil
+}
