@@ -92,8 +92,11 @@
 // with "role":"observer" and receives P's hello, which then also carries
 // "failures" (successors refused for their version, or whose transfer failed)
 // and "last_error". Fields whose value is zero are omitted ("uid" of root,
-// "generation" 0, "first" 0); unknown fields are ignored, so later versions may
-// add fields. The generation in the
+// "generation" 0, "first" 0). Keys are matched exactly (case-sensitively), and
+// a key that is unknown or repeated, in a frame or an offered socket, is a
+// protocol error: the hello's keys are therefore the same in every version,
+// so that a peer of another version is told "version". No frame may carry
+// generation 2^64-1 (its successor's would wrap to 0). The generation in the
 // successor's hello is informational (0); pid and uid in hellos are
 // informational too: each side trusts only SO_PEERCRED.
 //
