@@ -28,23 +28,57 @@ type server struct {
 	over  bool // a successor took over: the path is its now
 	last  string
 	fails uint64
+
+	quitOnce sync.Once
+	quitC    chan struct{} // see quit
 }
 
+// Backoff of the accept loop after a failed accept, as net/http's Serve: the
+// first retry after 5 ms, each next one after twice the delay, at most 1 s.
+const (
+	acceptRetryMin = 5 * time.Millisecond
+	acceptRetryMax = time.Second
+)
+
+// serve accepts until the listener is closed. Any other accept error (EMFILE,
+// ENFILE, ENOBUFS, ENOMEM...: the connection stays queued) is logged and
+// retried after a backoff: a successor must never find a handoff socket that
+// nobody serves any more.
 func (s *server) serve() {
 	defer s.wg.Done()
+	var delay time.Duration
 	for {
 		c, err := s.ln.AcceptUnix()
-		if err != nil {
+		if err == nil {
+			delay = 0
+			s.wg.Add(1)
+			go s.handle(c)
+			continue
+		}
+		if errors.Is(err, net.ErrClosed) {
 			return
 		}
-		s.wg.Add(1)
-		go s.handle(c)
+		delay = min(max(2*delay, acceptRetryMin), acceptRetryMax)
+		s.u.log.Warn("accept on the handoff socket failed; retrying", zap.String("event", "handoff.accept_error"), zap.Duration("retry_in", delay), zap.Error(err))
+		t := time.NewTimer(delay)
+		select {
+		case <-s.quit():
+		case <-t.C:
+		}
+		t.Stop()
 	}
+}
+
+// quit is closed when the server is closed.
+func (s *server) quit() chan struct{} {
+	s.quitOnce.Do(func() { s.quitC = make(chan struct{}) })
+	return s.quitC
 }
 
 // close stops accepting, ends every conversation and waits for them.
 func (s *server) close() {
 	s.ln.Close()
+	close(s.quit())
 	s.mu.Lock()
 	for c := range s.conns {
 		c.Close()
