@@ -87,6 +87,7 @@
 // bytes of UTF-8; an offer lists at most 4096 sockets. Either side may instead
 // send {"type":"error","code":C,"message":M} and close; C is "version",
 // "in_progress" (P is handing over to another successor: ErrHandoffInProgress),
+// "busy" (P holds as many conversations or buffered bytes as it may: ErrBusy),
 // "permission", "protocol", "validation" or "internal". A peer speaking another
 // version gets code "version". An observer (see Observe, Upgrade) sends a hello
 // with "role":"observer" and receives P's hello, which then also carries
@@ -99,6 +100,23 @@
 // generation 2^64-1 (its successor's would wrap to 0). The generation in the
 // successor's hello is informational (0); pid and uid in hellos are
 // informational too: each side trusts only SO_PEERCRED.
+//
+// # Limits
+//
+// The handoff server reads a frame into a buffer that grows as its bytes
+// arrive (from 512 bytes, doubling), so a header announcing 1 MiB costs
+// nothing until the bytes come. It holds at most 64 conversations at once;
+// each may buffer 4 KiB of its own, and larger frames draw on 2 MiB shared by
+// all of them: at most about 2.3 MiB in all. Over a bound the server answers
+// "busy": a newcomer takes the place of the conversation that has waited
+// longest for the bytes of its hello (that one is told "busy"), and is itself
+// told "busy" only when no conversation is waiting; a conversation that said
+// hello (the successor's, an observer's) never gives way, so stalled or junk
+// connections cannot starve a successor. A failed accept (a full fd table:
+// EMFILE, ENFILE, ENOBUFS...) is logged (handoff.accept_error) and retried
+// after 5 ms, doubling up to 1 s, until the server is closed. A full backlog
+// of the handoff socket (a connect flood: connect fails with EAGAIN) is
+// retried by the successor, and by Observe, until its Timeout or ctx ends.
 //
 // # Kernel and privileges
 //

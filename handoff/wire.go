@@ -56,6 +56,7 @@ const (
 const (
 	codeVersion    = "version"
 	codeInProgress = "in_progress"
+	codeBusy       = "busy"
 	codePermission = "permission"
 	codeProtocol   = "protocol"
 	codeValidation = "validation"
