@@ -131,17 +131,7 @@ func TestAcceptErrorRetried(t *testing.T) {
 			t.Fatalf("successor after the accept error: %v", err)
 		}
 		defer u.Close()
-		ln, err := u.Listen(ctx, "http", "tcp4", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		if u.Generation() != 2 {
-			t.Fatalf("generation %d, want 2 (inherited)", u.Generation())
-		}
-		if err := u.Ready(); err != nil {
-			t.Fatal(err)
-		}
+		ln := takeHTTP(t, u, addr)
 		nextLine(t, out, "exit")
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
@@ -150,6 +140,24 @@ func TestAcceptErrorRetried(t *testing.T) {
 		}
 		serveOnce(t, ln, 2)
 	})
+}
+
+// takeHTTP listens on the inherited "http" of generation 1 at addr and
+// calls Ready; the listener is closed when the test ends.
+func takeHTTP(t *testing.T, u *Upgrader, addr string) net.Listener {
+	t.Helper()
+	ln, err := u.Listen(context.Background(), "http", "tcp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	if u.Generation() != 2 {
+		t.Fatalf("generation %d, want 2 (inherited)", u.Generation())
+	}
+	if err := u.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	return ln
 }
 
 // nextLine returns the next line that starts with prefix, skipping others

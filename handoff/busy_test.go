@@ -54,26 +54,12 @@ func TestStalledAnnouncers(t *testing.T) {
 		var m0, m1 runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&m0)
-		conns := make([]*net.UnixConn, 0, n)
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-		}()
-		for i := range n {
-			sent := small
+		conns := announce(t, path, n, func(i int) []byte {
 			if i%10 == 9 {
-				sent = big
+				return big
 			}
-			c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			conns = append(conns, c)
-			if _, err := c.Write(sent); err != nil {
-				t.Fatal(err)
-			}
-		}
+			return small
+		})
 		// Wait (bounded) until the server has read or dropped every byte.
 		deadline := time.Now().Add(60 * time.Second)
 		for _, c := range conns {
@@ -118,22 +104,7 @@ func TestAnnouncersShareAPool(t *testing.T) {
 		defer old.Close()
 		const n = 40
 		sent := append(rawFrame(MaxFrame, ""), bytes.Repeat([]byte{' '}, 64<<10)...)
-		conns := make([]*net.UnixConn, 0, n)
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-		}()
-		for range n {
-			c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			conns = append(conns, c)
-			if _, err := c.Write(sent); err != nil {
-				t.Fatal(err)
-			}
-		}
+		announce(t, path, n, func(int) []byte { return sent })
 		// Each peer is held or refused: wait (bounded) until all are.
 		busy := 0
 		for i := 0; ; i++ {
@@ -159,6 +130,29 @@ func TestAnnouncersShareAPool(t *testing.T) {
 			t.Errorf("%d peers with 64 KiB each all held", n)
 		}
 	})
+}
+
+// announce makes n connections to path and writes sent(i) on the i-th; they
+// are closed when the test ends.
+func announce(t *testing.T, path string, n int, sent func(i int) []byte) []*net.UnixConn {
+	t.Helper()
+	conns := make([]*net.UnixConn, 0, n)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for i := range n {
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if _, err := c.Write(sent(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return conns
 }
 
 // checkBounds checks the server's accounting: conversations and bytes held.

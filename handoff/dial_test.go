@@ -148,20 +148,8 @@ func TestConnectFloodAbstract(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("successor during the flood: %v", r.err)
 		}
-		u := r.u
-		defer u.Close()
-		ctx := context.Background()
-		ln, err := u.Listen(ctx, "http", "tcp4", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		if u.Generation() != 2 {
-			t.Fatalf("generation %d, want 2 (inherited)", u.Generation())
-		}
-		if err := u.Ready(); err != nil {
-			t.Fatal(err)
-		}
+		defer r.u.Close()
+		ln := takeHTTP(t, r.u, addr)
 		old.expect(t, "exit")
 		serveOnce(t, ln, 2)
 	})
