@@ -110,9 +110,10 @@
 // all of them: at most about 2.3 MiB in all. Over a bound the server answers
 // "busy": a newcomer takes the place of the conversation that has waited
 // longest for the bytes of its hello (that one is told "busy"), and is itself
-// told "busy" only when no conversation is waiting; a conversation that said
-// hello (the successor's, an observer's) never gives way, so stalled or junk
-// connections cannot starve a successor. A failed accept (a full fd table:
+// told "busy" only when no conversation is waiting. A conversation that said
+// hello (the successor's, an observer's) never gives way, so stalled
+// connections cannot starve a successor: it sends its hello as it connects,
+// and could give way only if 64 newcomers arrived in that moment. A failed accept (a full fd table:
 // EMFILE, ENFILE, ENOBUFS...) is logged (handoff.accept_error) and retried
 // after 5 ms, doubling up to 1 s, until the server is closed. A full backlog
 // of the handoff socket (a connect flood: connect fails with EAGAIN) is
