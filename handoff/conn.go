@@ -7,6 +7,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,6 +23,59 @@ type conn struct {
 	rc      syscall.RawConn
 	timeout time.Duration
 	ctx     context.Context // while bound: every read and write also ends with it
+	// pool, if set, bounds what this conn's frames may buffer beyond
+	// frameQuota (the handoff server's conversations share one).
+	pool *pool
+	// waitingSince is when a read began to wait for bytes (unix ns), 0
+	// while bytes are there or nobody reads.
+	waitingSince atomic.Int64
+	state        atomic.Int32 // the server's: fresh, greeted or evicted
+}
+
+// Bounds of what frames being read may buffer: a frame's buffer starts at
+// 512 bytes and doubles as its bytes arrive, up to its announced length. Of
+// that, frameQuota bytes are each conversation's own; the rest is taken
+// from a pool shared by the handoff server's conversations.
+const (
+	frameQuota = 4 << 10
+	poolBytes  = 2 * MaxFrame
+)
+
+// pool counts the bytes that frames being read hold beyond frameQuota; a
+// nil pool has no limit.
+type pool struct {
+	mu   sync.Mutex
+	used int
+}
+
+// take reserves n bytes, or reports that the pool has not that many left.
+func (p *pool) take(n int) bool {
+	if p == nil {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.used+n > poolBytes {
+		return false
+	}
+	p.used += n
+	return true
+}
+
+// put returns n bytes to the pool.
+func (p *pool) put(n int) {
+	if p != nil && n > 0 {
+		p.mu.Lock()
+		p.used -= n
+		p.mu.Unlock()
+	}
+}
+
+// held is how many bytes are reserved now.
+func (p *pool) held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.used
 }
 
 func newConn(c *net.UnixConn, timeout time.Duration) (*conn, error) {
@@ -163,7 +219,7 @@ func (c *conn) recvFrame(maxFDs int, d time.Duration) (*frame, []int, error) {
 	}
 	var fds []int
 	h := make([]byte, headerLen)
-	if err := c.readFull(h, &fds, maxFDs, true); err != nil {
+	if _, err := c.readFull(h, &fds, maxFDs, true); err != nil {
 		closeFDs(fds)
 		return nil, nil, err
 	}
@@ -172,12 +228,12 @@ func (c *conn) recvFrame(maxFDs int, d time.Duration) (*frame, []int, error) {
 		closeFDs(fds)
 		return nil, nil, err
 	}
-	body := make([]byte, n)
-	if err := c.readFull(body, &fds, maxFDs, false); err != nil {
-		closeFDs(fds)
-		return nil, nil, err
+	body, held, err := c.readBody(n, &fds, maxFDs)
+	var f *frame
+	if err == nil {
+		f, err = decodeBody(body)
 	}
-	f, err := decodeBody(body)
+	c.pool.put(held)
 	if err != nil {
 		closeFDs(fds)
 		return nil, nil, err
@@ -185,15 +241,51 @@ func (c *conn) recvFrame(maxFDs int, d time.Duration) (*frame, []int, error) {
 	return f, fds, nil
 }
 
-// readFull fills p; fds arriving on the way are appended to *fds.
-func (c *conn) readFull(p []byte, fds *[]int, maxFDs int, header bool) error {
+// readBody reads a payload of n bytes into a buffer that grows as the bytes
+// arrive, so that a header announcing 1 MiB costs nothing until the bytes
+// come. held is what the buffer took from c.pool (the caller puts it back);
+// a pool without room is ErrBusy.
+func (c *conn) readBody(n int, fds *[]int, maxFDs int) (body []byte, held int, err error) {
+	body = make([]byte, 0, min(n, 512))
+	for len(body) < n {
+		if len(body) == cap(body) {
+			size := min(2*cap(body), n)
+			if more := max(size-frameQuota, 0) - held; more > 0 {
+				if !c.pool.take(more) {
+					return nil, held, &FrameError{Err: ErrBusy, Detail: fmt.Sprintf("frames being read already hold %d bytes beyond their own %d", poolBytes, frameQuota)}
+				}
+				held += more
+			}
+			body = slices.Grow(body, size-len(body))[:len(body)]
+		}
+		off := len(body)
+		body = body[:min(cap(body), n)]
+		if got, err := c.readFull(body[off:], fds, maxFDs, false); err != nil {
+			if errors.Is(err, ErrTruncated) {
+				err = &FrameError{Err: ErrTruncated, Detail: fmt.Sprintf("connection closed after %d of %d bytes", off+got, n)}
+			}
+			return nil, held, err
+		}
+	}
+	return body, held, nil
+}
+
+// readFull fills p; fds arriving on the way are appended to *fds. It
+// returns how many bytes it read.
+func (c *conn) readFull(p []byte, fds *[]int, maxFDs int, header bool) (int, error) {
 	oob := make([]byte, unix.CmsgSpace(4*BatchFDs))
+	defer c.waitingSince.Store(0)
 	for off := 0; off < len(p); {
 		var n, oobn, flags int
 		var serr error
 		err := c.rc.Read(func(fd uintptr) bool {
 			n, oobn, flags, _, serr = unix.Recvmsg(int(fd), p[off:], oob, unix.MSG_CMSG_CLOEXEC)
-			return serr != unix.EAGAIN
+			if serr != unix.EAGAIN {
+				c.waitingSince.Store(0)
+				return true
+			}
+			c.waitingSince.CompareAndSwap(0, time.Now().UnixNano())
+			return false
 		})
 		if err == nil {
 			err = serr
@@ -202,27 +294,27 @@ func (c *conn) readFull(p []byte, fds *[]int, maxFDs int, header bool) error {
 			got, perr := parseRights(oob[:oobn])
 			*fds = append(*fds, got...)
 			if perr != nil {
-				return perr
+				return off, perr
 			}
 		}
 		if err != nil {
-			return wrapSyscall("recvmsg", err)
+			return off, wrapSyscall("recvmsg", err)
 		}
 		if flags&unix.MSG_CTRUNC != 0 {
-			return &FrameError{Err: ErrFDCount, Detail: "control message truncated: more fds than one batch"}
+			return off, &FrameError{Err: ErrFDCount, Detail: "control message truncated: more fds than one batch"}
 		}
 		if len(*fds) > maxFDs {
-			return &FrameError{Err: ErrFDCount, Detail: fmt.Sprintf("%d fds arrived, at most %d expected", len(*fds), maxFDs)}
+			return off, &FrameError{Err: ErrFDCount, Detail: fmt.Sprintf("%d fds arrived, at most %d expected", len(*fds), maxFDs)}
 		}
 		if n == 0 {
 			if off == 0 && header {
-				return io.EOF
+				return off, io.EOF
 			}
-			return &FrameError{Err: ErrTruncated, Detail: fmt.Sprintf("connection closed after %d of %d bytes", off, len(p))}
+			return off, &FrameError{Err: ErrTruncated, Detail: fmt.Sprintf("connection closed after %d of %d bytes", off, len(p))}
 		}
 		off += n
 	}
-	return nil
+	return len(p), nil
 }
 
 // parseRights extracts the fds of every SCM_RIGHTS message.

@@ -100,15 +100,37 @@
 // bytes of UTF-8; an offer lists at most 4096 sockets. Either side may instead
 // send {"type":"error","code":C,"message":M} and close; C is "version",
 // "in_progress" (P is handing over to another successor: ErrHandoffInProgress),
+// "busy" (P holds as many conversations or buffered bytes as it may: ErrBusy),
 // "permission", "protocol", "validation" or "internal". A peer speaking another
 // version gets code "version". An observer (see Observe, Upgrade) sends a hello
 // with "role":"observer" and receives P's hello, which then also carries
 // "failures" (successors refused for their version, or whose transfer failed)
 // and "last_error". Fields whose value is zero are omitted ("uid" of root,
-// "generation" 0, "first" 0); unknown fields are ignored, so later versions may
-// add fields. The generation in the
+// "generation" 0, "first" 0). Keys are matched exactly (case-sensitively), and
+// a key that is unknown or repeated, in a frame or an offered socket, is a
+// protocol error: the hello's keys are therefore the same in every version,
+// so that a peer of another version is told "version". No frame may carry
+// generation 2^64-1 (its successor's would wrap to 0). The generation in the
 // successor's hello is informational (0); pid and uid in hellos are
 // informational too: each side trusts only SO_PEERCRED.
+//
+// # Limits
+//
+// The handoff server reads a frame into a buffer that grows as its bytes
+// arrive (from 512 bytes, doubling), so a header announcing 1 MiB costs
+// nothing until the bytes come. It holds at most 64 conversations at once;
+// each may buffer 4 KiB of its own, and larger frames draw on 2 MiB shared by
+// all of them: at most about 2.3 MiB in all. Over a bound the server answers
+// "busy": a newcomer takes the place of the conversation that has waited
+// longest for the bytes of its hello (that one is told "busy"), and is itself
+// told "busy" only when no conversation is waiting. A conversation that said
+// hello (the successor's, an observer's) never gives way, so stalled
+// connections cannot starve a successor: it sends its hello as it connects,
+// and could give way only if 64 newcomers arrived in that moment. A failed accept (a full fd table:
+// EMFILE, ENFILE, ENOBUFS...) is logged (handoff.accept_error) and retried
+// after 5 ms, doubling up to 1 s, until the server is closed. A full backlog
+// of the handoff socket (a connect flood: connect fails with EAGAIN) is
+// retried by the successor, and by Observe, until its Timeout or ctx ends.
 //
 // # Kernel and privileges
 //

@@ -11,6 +11,9 @@ var (
 	// ErrHandoffInProgress: the predecessor is already handing its sockets to
 	// another successor; only one may take over at a time.
 	ErrHandoffInProgress = errors.New("handoff in progress: the predecessor is already handing over to another process; retry after it finished or failed")
+	// ErrBusy: the handoff server holds as many conversations, or buffers as
+	// many bytes of frames being read, as it may; it refused this one.
+	ErrBusy = errors.New("handoff socket busy: too many conversations or bytes in flight; retry")
 	// ErrPeerRefused: the peer's credentials (SO_PEERCRED) are not allowed.
 	ErrPeerRefused = errors.New("peer credentials refused")
 	// ErrInsecurePath: the handoff socket's directory is writable by others,
@@ -38,7 +41,7 @@ var (
 // FrameError is a frame that could not be read, decoded or accepted.
 type FrameError struct {
 	Type   string // frame type, when known
-	Err    error  // ErrProtocol, ErrVersion, ErrFrameTooLarge, ErrTruncated or ErrFDCount
+	Err    error  // ErrProtocol, ErrVersion, ErrFrameTooLarge, ErrTruncated, ErrFDCount or ErrBusy
 	Detail string
 }
 
@@ -59,7 +62,7 @@ func (e *FrameError) Unwrap() error { return e.Err }
 
 // RemoteError is an error frame sent by the peer.
 type RemoteError struct {
-	Code    string // "version", "in_progress", "permission", "protocol", "validation", "internal"
+	Code    string // "version", "in_progress", "busy", "permission", "protocol", "validation", "internal"
 	Message string
 }
 
@@ -69,11 +72,11 @@ func (e *RemoteError) Error() string {
 }
 
 // Is matches the sentinel of the code: in_progress is ErrHandoffInProgress,
-// permission is ErrPeerRefused, version is ErrVersion, validation is
+// busy is ErrBusy, permission is ErrPeerRefused, version is ErrVersion, validation is
 // ErrValidation, protocol is ErrProtocol.
 func (e *RemoteError) Is(target error) bool {
 	return map[string]error{
-		codeInProgress: ErrHandoffInProgress, codePermission: ErrPeerRefused, codeVersion: ErrVersion,
+		codeInProgress: ErrHandoffInProgress, codeBusy: ErrBusy, codePermission: ErrPeerRefused, codeVersion: ErrVersion,
 		codeValidation: ErrValidation, codeProtocol: ErrProtocol,
 	}[e.Code] == target
 }

@@ -131,17 +131,36 @@ func checkOneDir(path, dir string, parent bool) error {
 }
 
 // dial connects to the predecessor. ok is false when nobody serves path: no
-// file, or a stale file left by a dead process (ECONNREFUSED).
+// file, or a stale file left by a dead process (ECONNREFUSED). A full backlog
+// (EAGAIN: connect on a unix socket does not wait for room, and a connect
+// flood fills it) is retried with backoff, 1 ms doubling to 100 ms, until ctx
+// ends; the error then matches both EAGAIN and ctx.Err().
 func dial(ctx context.Context, path string) (c *net.UnixConn, ok bool, err error) {
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", path)
-	switch {
-	case err == nil:
-		return nc.(*net.UnixConn), true, nil
-	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
-		return nil, false, nil
+	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		nc, err := d.DialContext(ctx, "unix", path)
+		switch {
+		case err == nil:
+			return nc.(*net.UnixConn), true, nil
+		case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
+			return nil, false, nil
+		case !errors.Is(err, syscall.EAGAIN):
+			return nil, false, err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			var oe *net.OpError
+			if errors.As(err, &oe) { // keep its op and address
+				e := *oe
+				e.Err = fmt.Errorf("%w, retried until: %w", oe.Err, ctx.Err())
+				err = &e
+			}
+			return nil, false, err
+		case <-t.C:
+		}
 	}
-	return nil, false, err
 }
 
 // allowed checks a peer's credentials against our euid and the allow-list.

@@ -29,23 +29,59 @@ type server struct {
 	over  bool // a successor took over: the path is its now
 	last  string
 	fails uint64
+
+	pool pool // bytes buffered by conversations beyond their quota
+
+	quitOnce sync.Once
+	quitC    chan struct{} // see quit
 }
 
+// Backoff of the accept loop after a failed accept, as net/http's Serve: the
+// first retry after 5 ms, each next one after twice the delay, at most 1 s.
+const (
+	acceptRetryMin = 5 * time.Millisecond
+	acceptRetryMax = time.Second
+)
+
+// serve accepts until the listener is closed. Any other accept error (EMFILE,
+// ENFILE, ENOBUFS, ENOMEM...: the connection stays queued) is logged and
+// retried after a backoff: a successor must never find a handoff socket that
+// nobody serves any more.
 func (s *server) serve() {
 	defer s.wg.Done()
+	var delay time.Duration
 	for {
 		c, err := s.ln.AcceptUnix()
-		if err != nil {
+		if err == nil {
+			delay = 0
+			s.wg.Add(1)
+			go s.handle(c)
+			continue
+		}
+		if errors.Is(err, net.ErrClosed) {
 			return
 		}
-		s.wg.Add(1)
-		go s.handle(c)
+		delay = min(max(2*delay, acceptRetryMin), acceptRetryMax)
+		s.u.log.Warn("accept on the handoff socket failed; retrying", zap.String("event", "handoff.accept_error"), zap.Duration("retry_in", delay), zap.Error(err))
+		t := time.NewTimer(delay)
+		select {
+		case <-s.quit():
+		case <-t.C:
+		}
+		t.Stop()
 	}
+}
+
+// quit is closed when the server is closed.
+func (s *server) quit() chan struct{} {
+	s.quitOnce.Do(func() { s.quitC = make(chan struct{}) })
+	return s.quitC
 }
 
 // close stops accepting, ends every conversation and waits for them.
 func (s *server) close() {
 	s.ln.Close()
+	close(s.quit())
 	s.mu.Lock()
 	for c := range s.conns {
 		c.Close()
@@ -59,18 +95,61 @@ func (s *server) close() {
 	}
 }
 
-func (s *server) track(c *conn, on bool) bool {
+// maxConversations is the most conversations the handoff server holds at
+// once. A newcomer beyond it takes the place of the conversation that has
+// waited longest for the bytes of its hello (told ErrBusy), or, if none is
+// waiting, is refused with ErrBusy. A conversation that said hello (an
+// observer being answered, the successor) never gives way.
+const maxConversations = 64
+
+// Conversation states (conn.state).
+const (
+	fresh   = iota // no hello yet
+	greeted        // said hello
+	evicted        // gave way to a newcomer before its hello
+)
+
+// admit adds c to the conversations, making room if needed. It fails with
+// ErrClosed once the server is closed, ErrBusy when there is no room.
+func (s *server) admit(c *conn) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if on && s.conns == nil {
-		return false
+	if s.conns == nil {
+		return ErrClosed
 	}
-	if on {
-		s.conns[c] = true
-	} else {
-		delete(s.conns, c)
+	for len(s.conns) >= maxConversations {
+		v := s.longestWaiting()
+		if v == nil {
+			return &FrameError{Err: ErrBusy, Detail: fmt.Sprintf("%d conversations, none of them waiting for its hello", len(s.conns))}
+		}
+		if v.state.CompareAndSwap(fresh, evicted) { // else it said hello meanwhile
+			delete(s.conns, v)
+			v.c.SetReadDeadline(time.Now()) // ends its read: it says busy
+		}
 	}
-	return true
+	s.conns[c] = true
+	return nil
+}
+
+// longestWaiting returns the conversation without hello that has waited
+// longest for bytes, or nil. Called with s.mu held.
+func (s *server) longestWaiting() *conn {
+	var v *conn
+	var since int64
+	for c := range s.conns {
+		t := c.waitingSince.Load()
+		if t != 0 && c.state.Load() == fresh && (v == nil || t < since) {
+			v, since = c, t
+		}
+	}
+	return v
+}
+
+// leave removes c from the conversations.
+func (s *server) leave(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
 }
 
 func (s *server) handle(nc *net.UnixConn) {
@@ -80,11 +159,8 @@ func (s *server) handle(nc *net.UnixConn) {
 		nc.Close()
 		return
 	}
-	if !s.track(c, true) {
-		c.Close()
-		return
-	}
-	defer func() { s.track(c, false); c.Close() }()
+	defer c.Close()
+	c.pool = &s.pool
 	log := s.u.log
 	cred, err := c.peerCred()
 	if err == nil {
@@ -92,13 +168,26 @@ func (s *server) handle(nc *net.UnixConn) {
 		err = allowed(cred, s.u.cfg.AllowUIDs)
 	}
 	if err == nil {
+		if err = s.admit(c); errors.Is(err, ErrClosed) {
+			return
+		}
+	}
+	if err == nil {
+		defer s.leave(c)
 		err = s.converse(c, log)
 	}
-	if err != nil {
-		log.Warn("handoff refused or failed; still serving", zap.String("event", "handoff.failed"), zap.Error(err))
-		if _, remote := err.(*RemoteError); !remote && !predecessorGone(err) && !errors.Is(err, ErrHandoffInProgress) {
-			c.send(&frame{Type: typeError, Code: code(err), Message: err.Error()}, nil)
-		}
+	if c.state.Load() == evicted {
+		err = &FrameError{Err: ErrBusy, Detail: fmt.Sprintf("gave way to a newcomer: %d conversations, and this one had waited longest for its hello", maxConversations)}
+	}
+	if err == nil {
+		return
+	}
+	log.Warn("handoff refused or failed; still serving", zap.String("event", "handoff.failed"), zap.Error(err))
+	switch _, remote := err.(*RemoteError); {
+	case errors.Is(err, ErrBusy):
+		c.send(&frame{Type: typeError, Code: codeBusy, Message: err.Error()}, nil)
+	case !remote && !predecessorGone(err) && !errors.Is(err, ErrHandoffInProgress):
+		c.send(&frame{Type: typeError, Code: code(err), Message: err.Error()}, nil)
 	}
 }
 
@@ -111,6 +200,9 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 	f, _, err := c.recv(0)
 	if err != nil {
 		return err
+	}
+	if !c.state.CompareAndSwap(fresh, greeted) {
+		return nil // evicted: handle says why
 	}
 	if err := expect(f, typeHello); err != nil {
 		return err

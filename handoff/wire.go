@@ -1,9 +1,13 @@
 package handoff
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
+	"reflect"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -52,6 +56,7 @@ const (
 const (
 	codeVersion    = "version"
 	codeInProgress = "in_progress"
+	codeBusy       = "busy"
 	codePermission = "permission"
 	codeProtocol   = "protocol"
 	codeValidation = "validation"
@@ -131,9 +136,17 @@ func decode(b []byte) (*frame, error) {
 	return decodeBody(b[headerLen:])
 }
 
-// decodeBody parses and checks a frame payload.
+// decodeBody parses and checks a frame payload. Keys must be the fields'
+// names exactly, each at most once: encoding/json alone would match them
+// case-insensitively and let the last of two keys win.
 func decodeBody(body []byte) (*frame, error) {
 	var f frame
+	if err := checkKeys(body); err != nil {
+		if _, shape := err.(keyError); !shape {
+			err = fmt.Errorf("bad json: %w", err)
+		}
+		return nil, &FrameError{Err: ErrProtocol, Detail: err.Error()}
+	}
 	if err := json.Unmarshal(body, &f); err != nil {
 		return nil, &FrameError{Err: ErrProtocol, Detail: "bad json: " + err.Error()}
 	}
@@ -143,8 +156,116 @@ func decodeBody(body []byte) (*frame, error) {
 	return &f, nil
 }
 
+// The keys a frame and an offered socket may carry: their json names.
+var (
+	frameKeys  = jsonKeys(reflect.TypeFor[frame]())
+	socketKeys = jsonKeys(reflect.TypeFor[socketInfo]())
+)
+
+func jsonKeys(t reflect.Type) map[string]bool {
+	keys := make(map[string]bool, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		keys[name] = true
+	}
+	return keys
+}
+
+// checkKeys refuses a payload whose object, or an object in its "sockets"
+// list, has a key that is not one of its fields' names (compared exactly,
+// after JSON unescaping) or has a key twice. Values are checked by
+// json.Unmarshal afterwards.
+func checkKeys(body []byte) error {
+	d := json.NewDecoder(bytes.NewReader(body))
+	return objectKeys(d, frameKeys, func(key string) error {
+		if key != "sockets" {
+			return skipValue(d)
+		}
+		return eachElement(d, func() error {
+			return objectKeys(d, socketKeys, func(string) error { return skipValue(d) })
+		})
+	})
+}
+
+// objectKeys reads an object from d, calling value to read each key's value.
+func objectKeys(d *json.Decoder, keys map[string]bool, value func(key string) error) error {
+	t, err := d.Token()
+	if err != nil {
+		return err
+	}
+	if t != json.Delim('{') {
+		return keyError(fmt.Sprintf("%v where an object belongs", t))
+	}
+	seen := make(map[string]bool, len(keys))
+	for d.More() {
+		t, err := d.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := t.(string)
+		switch {
+		case !keys[key]:
+			return keyError(fmt.Sprintf("unknown key %q", key))
+		case seen[key]:
+			return keyError(fmt.Sprintf("duplicate key %q", key))
+		}
+		seen[key] = true
+		if err := value(key); err != nil {
+			return err
+		}
+	}
+	_, err = d.Token()
+	return err
+}
+
+// eachElement reads an array (or null) from d, calling elem to read each
+// element.
+func eachElement(d *json.Decoder, elem func() error) error {
+	t, err := d.Token()
+	if err != nil || t == nil {
+		return err
+	}
+	if t != json.Delim('[') {
+		return keyError(fmt.Sprintf("%v where a list belongs", t))
+	}
+	for d.More() {
+		if err := elem(); err != nil {
+			return err
+		}
+	}
+	_, err = d.Token()
+	return err
+}
+
+// skipValue reads one value, however nested, from d.
+func skipValue(d *json.Decoder) error {
+	for depth := 0; ; {
+		t, err := d.Token()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+		if depth == 0 {
+			return nil
+		}
+	}
+}
+
+// keyError is a payload of valid JSON with a key, or a shape, that no frame has.
+type keyError string
+
+func (e keyError) Error() string { return string(e) }
+
 // check validates the fields a frame of its type must have.
 func (f *frame) check() error {
+	if f.Generation == math.MaxUint64 {
+		return fmt.Errorf("generation %d: the next one would wrap to 0", f.Generation)
+	}
 	switch f.Type {
 	case typeHello:
 		if f.Role != roleSuccessor && f.Role != roleObserver && f.Role != rolePredecessor {

@@ -65,9 +65,11 @@ func TestEncodeDecode(t *testing.T) {
 	}
 }
 
-// FuzzDecode: the decoder never panics, and whatever it accepts re-encodes
-// to a frame that decodes to the same value. The seed corpus is in
-// testdata/fuzz/FuzzDecode and runs with every go test.
+// FuzzDecode: the decoder never panics, every error is a *FrameError, and
+// whatever it accepts means the same after a round trip: it re-encodes to a
+// frame that decodes to an equal value (an empty list equals an absent one,
+// as the encoder omits both), and that encoding is a fixed point. The seed
+// corpus is in testdata/fuzz/FuzzDecode and runs with every go test.
 func FuzzDecode(f *testing.F) {
 	f.Add(rawFrame(0xffffffff, ""))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -84,11 +86,62 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encode: %v", err)
 		}
 		fr2, err := decode(again)
-		if err != nil || !reflect.DeepEqual(fr, fr2) {
+		if err != nil || !reflect.DeepEqual(canonical(fr), canonical(fr2)) {
 			t.Fatalf("round trip: %+v -> %q -> %+v %v", fr, again, fr2, err)
 		}
-		if bytes.Equal(again, b) {
-			return
+		third, err := encodeFrame(fr2)
+		if err != nil || !bytes.Equal(third, again) {
+			t.Fatalf("encoding not a fixed point: %q -> %q %v", again, third, err)
 		}
 	})
+}
+
+// canonical returns a copy of f with an empty socket list made nil: both are
+// encoded as no "sockets" key.
+func canonical(f *frame) frame {
+	c := *f
+	if len(c.Sockets) == 0 {
+		c.Sockets = nil
+	}
+	return c
+}
+
+// Keys match exactly and once: encoding/json alone matches them
+// case-insensitively and lets the last duplicate win, so that a peer could
+// smuggle "TYPE":"error" past a reader of "type". A generation of 2^64-1
+// would wrap the successor's to 0.
+func TestStrictDecoding(t *testing.T) {
+	hello := `"version":1,"role":"successor","pid":1`
+	sock := `"name":"a","kind":"udp","network":"udp"`
+	for _, tc := range []struct {
+		name, body, detail string
+	}{
+		{"other case overrides", `{"type":"hello",` + hello + `,"TYPE":"error","code":"internal"}`, `unknown key "TYPE"`},
+		{"duplicate type", `{"type":"hello",` + hello + `,"type":"error","code":"internal"}`, `duplicate key "type"`},
+		{"key in other case", `{"Type":"ready"}`, `unknown key "Type"`},
+		{"unknown key", `{"type":"ready","extra":1}`, `unknown key "extra"`},
+		{"unknown key in a socket", `{"type":"offer","sockets":[{` + sock + `,"Name":"b"}]}`, `unknown key "Name"`},
+		{"duplicate key in a socket", `{"type":"offer","sockets":[{` + sock + `,"name":"b"}]}`, `duplicate key "name"`},
+		{"socket not an object", `{"type":"offer","sockets":[[1]]}`, `where an object belongs`},
+		{"generation wraps", `{"type":"hello","version":1,"role":"predecessor","pid":1,"generation":18446744073709551615}`, "would wrap"},
+		{"ready wraps", `{"type":"ready","generation":18446744073709551615}`, "would wrap"},
+	} {
+		_, err := decode(rawFrame(uint32(len(tc.body)), tc.body))
+		var fe *FrameError
+		if !errors.As(err, &fe) || !errors.Is(err, ErrProtocol) || !strings.Contains(fe.Detail, tc.detail) {
+			t.Errorf("%s: decode(%s) = %v, want a *FrameError of ErrProtocol saying %s", tc.name, tc.body, err, tc.detail)
+		}
+	}
+	// Exact keys still decode, also when written with JSON escapes, and
+	// the largest generation whose successor's fits is accepted.
+	for _, body := range []string{
+		`{"typ\u0065":"ready","generation":2}`,
+		`{"type":"offer","sockets":null}`,
+		`{"type":"offer","sockets":[{` + sock + `}]}`,
+		`{"type":"hello","version":1,"role":"predecessor","pid":1,"generation":18446744073709551614}`,
+	} {
+		if _, err := decode(rawFrame(uint32(len(body)), body)); err != nil {
+			t.Errorf("decode(%s): %v", body, err)
+		}
+	}
 }
