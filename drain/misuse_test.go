@@ -18,7 +18,7 @@ import (
 // TestWrapNil: a nil listener, untyped or typed, is refused with
 // ErrNilListener instead of a panic.
 func TestWrapNil(t *testing.T) {
-	for _, l := range []net.Listener{nil, (*net.TCPListener)(nil), (*reuseport.Listener)(nil), (*drain.Listener)(nil)} {
+	for _, l := range []net.Listener{nil, (*net.TCPListener)(nil), (*reuseport.Listener)(nil), &reuseport.Listener{}, (*drain.Listener)(nil)} {
 		dl, err := drain.Wrap(l, drain.Options{})
 		if dl != nil || !errors.Is(err, drain.ErrNilListener) {
 			t.Errorf("Wrap(%#v): %v, %v; want nil and ErrNilListener", l, dl, err)
@@ -106,3 +106,25 @@ func TestConcurrentShutdown(t *testing.T) {
 		}
 	})
 }
+
+// TestServeNil: Serve with a nil listener, untyped or typed, returns an error
+// matching ErrNilListener instead of a panic, and leaves the Server unused: a
+// Shutdown afterwards returns at once.
+func TestServeNil(t *testing.T) {
+	netnstest.CheckLeaks(t)
+	for _, l := range []net.Listener{nil, (*net.TCPListener)(nil), (*reuseport.Listener)(nil), &reuseport.Listener{}, (*drain.Listener)(nil)} {
+		ds := &drain.Server{HTTP: &http.Server{}}
+		var oe *net.OpError
+		if err := ds.Serve(l); !errors.Is(err, drain.ErrNilListener) || !errors.As(err, &oe) || oe.Op != "serve" {
+			t.Errorf("Serve(%#v): %v; want a serve *net.OpError matching ErrNilListener", l, err)
+		}
+		if _, err := ds.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown after Serve(%#v): %v", l, err)
+		}
+		// Without HTTP too: the nil listener is named, not dereferenced.
+		if err := (&drain.Server{}).Serve(l); !errors.Is(err, drain.ErrNilListener) {
+			t.Errorf("Serve(%#v) without HTTP: %v; want ErrNilListener", l, err)
+		}
+	}
+}
+

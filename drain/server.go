@@ -100,14 +100,15 @@ func (s *Server) Ready() http.Handler {
 
 // Serve serves HTTP on l, wrapped by Wrap unless it is a *Listener already; it
 // takes ownership of l. Like http.Server.Serve it returns
-// http.ErrServerClosed after Shutdown.
+// http.ErrServerClosed after Shutdown. A nil l (untyped or a typed nil) gives
+// an error matching ErrNilListener, a nil HTTP one matching ErrNoHTTPServer.
 func (s *Server) Serve(l net.Listener) error {
+	if nilListener(l) {
+		return &net.OpError{Op: "serve", Net: "tcp", Err: ErrNilListener}
+	}
 	if s.HTTP == nil {
-		e := &net.OpError{Op: "serve", Net: "tcp", Err: ErrNoHTTPServer}
-		if l != nil {
-			e.Addr = l.Addr()
-			l.Close()
-		}
+		e := &net.OpError{Op: "serve", Net: "tcp", Addr: l.Addr(), Err: ErrNoHTTPServer}
+		l.Close()
 		return e
 	}
 	dl, ok := l.(*Listener)
