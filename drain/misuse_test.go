@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
@@ -128,3 +129,45 @@ func TestServeNil(t *testing.T) {
 	}
 }
 
+// TestShutdownWaiterContext: a Shutdown called while another drains waits
+// with its own ctx: when that ends first it returns a nil report and an error
+// naming the address and wrapping its ctx.Err(), and the drain goes on to
+// serve the request in flight; a call after the drain gets its report.
+func TestShutdownWaiterContext(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		p := newPhase(t, nil)
+		c := dial(t, p.addr)
+		c.Write(keepAliveRequest("/block"))
+		p.awaitHandler(t)
+		res := p.shutdown(context.Background())
+		waitDraining(t, p.ds)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		rep, err := p.ds.Shutdown(ctx)
+		var oe *net.OpError
+		if rep != nil || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &oe) || oe.Op != "shutdown" || oe.Addr == nil || oe.Addr.String() != p.addr {
+			t.Errorf("waiting Shutdown: %+v, %v; want nil and a shutdown *net.OpError on %s wrapping DeadlineExceeded", rep, err, p.addr)
+		}
+		select {
+		case r := <-res:
+			t.Fatalf("the drain ended with the waiter's ctx: %v", r.err)
+		default:
+		}
+		close(p.release)
+		if resp, body, err := readResponse(c, 10*time.Second); err != nil || resp.StatusCode != 200 || body != "done\n" {
+			t.Fatalf("request in flight: %v %v %q", resp, err, body)
+		}
+		r := <-res
+		if r.err != nil || r.rep.HTTP.Completed != 1 {
+			t.Fatalf("drain: %+v, %v; want 1 completed", r.rep.HTTP, r.err)
+		}
+		late, err := p.ds.Shutdown(ctx) // ended, but the drain is over
+		if err != nil || late == nil || late == r.rep || late.HTTP.Completed != 1 {
+			t.Errorf("a Shutdown after the drain: %+v, %v; want a copy of its report", late, err)
+		}
+		if err := p.wait(); !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v, want http.ErrServerClosed", err)
+		}
+	})
+}

@@ -191,7 +191,7 @@ func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 		select {
 		case <-shut:
 		case <-ctx.Done():
-			return nil, &net.OpError{Op: "shutdown", Net: "tcp", Err: fmt.Errorf("waiting for the Shutdown in progress: %w", ctx.Err())}
+			return nil, &net.OpError{Op: "shutdown", Net: "tcp", Addr: s.addr(), Err: fmt.Errorf("waiting for the Shutdown in progress: %w", ctx.Err())}
 		}
 	}
 	return s.shutRep.clone(), s.shutErr
@@ -243,15 +243,22 @@ func (s *Server) logBegin(h *HTTPReport) {
 	if s.Logger == nil {
 		return
 	}
-	s.mu.Lock()
-	l := s.l
-	s.mu.Unlock()
 	addr := ""
-	if l != nil {
-		addr = l.Addr().String()
+	if a := s.addr(); a != nil {
+		addr = a.String()
 	}
 	s.Logger.Debug("drain begins", zap.String("event", "drain.begin"), zap.String("addr", addr),
 		zap.Int("in_flight_at_start", h.InFlightAtStart), zap.Duration("delay", s.Delay))
+}
+
+// addr is the address served, nil before Serve.
+func (s *Server) addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.l == nil {
+		return nil
+	}
+	return s.l.Addr()
 }
 
 func (s *Server) delay(ctx context.Context) error {
