@@ -3,6 +3,7 @@ package reuseport_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -360,6 +361,22 @@ func TestControlBadInput(t *testing.T) {
 		}
 		if n := netnstest.FDCount(t); n != fds {
 			t.Fatalf("fds %d before, %d after", fds, n)
+		}
+	})
+}
+
+// TestInspectCancelled: Inspect with a ctx that has ended returns no group
+// and an error naming the address and wrapping ctx.Err().
+func TestInspectCancelled(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		l := listen(t, &reuseport.Config{}, "127.0.0.1:0")
+		addr := l.Addr().String()
+		cctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		g, err := reuseport.Inspect(cctx, addr)
+		if g != nil || !errors.Is(err, context.Canceled) || !strings.HasPrefix(fmt.Sprint(err), "inspect "+addr+": ") {
+			t.Errorf("Inspect with a cancelled ctx: %+v, %v; want nil and \"inspect %s: context canceled\"", g, err, addr)
 		}
 	})
 }
