@@ -171,3 +171,53 @@ func TestShutdownWaiterContext(t *testing.T) {
 		}
 	})
 }
+
+// TestShutdownReportNotShared: the report Shutdown returns shares no memory
+// with the report of the *Listener it served (its Stop and Report): changing
+// the listener's report changes no Shutdown report, earlier or later, and the
+// listener's report stays the listener's, without HTTP.
+func TestShutdownReportNotShared(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		dl, err := drain.Wrap(listenTCP(t, "127.0.0.1:0"), drain.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds := &drain.Server{HTTP: &http.Server{Handler: http.NotFoundHandler()}}
+		wait := serve(t, func() error { return ds.Serve(dl) })
+		// Serve has begun once a connection is answered.
+		c := dial(t, dl.Addr().String())
+		c.Write(request("/"))
+		if _, _, err := readResponse(c, 10*time.Second); err != nil {
+			t.Fatalf("server not serving: %v", err)
+		}
+		c.Close()
+		first, err := ds.Shutdown(context.Background())
+		if err != nil || first.HTTP == nil {
+			t.Fatalf("Shutdown: %+v, %v", first, err)
+		}
+		if err := wait(); !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v, want http.ErrServerClosed", err)
+		}
+		want, _ := json.Marshal(first)
+		lr, err := dl.Stop(context.Background())
+		if err != nil || lr == nil || lr != dl.Report() {
+			t.Fatalf("listener Stop after the drain: %p, %v; Report %p", lr, err, dl.Report())
+		}
+		if lr.HTTP != nil {
+			t.Errorf("the listener's report has the Server's HTTP report: %+v", lr.HTTP)
+		}
+		lr.Method = "changed"
+		lr.Errors = append(lr.Errors, "changed")
+		if lr.HTTP != nil {
+			lr.HTTP.Completed = 1000
+		}
+		late, err := ds.Shutdown(context.Background())
+		if b, _ := json.Marshal(late); err != nil || string(b) != string(want) {
+			t.Errorf("a later Shutdown after changing the listener's report:\n%s, %v\nwant\n%s", b, err, want)
+		}
+		if b, _ := json.Marshal(first); string(b) != string(want) {
+			t.Errorf("the first Shutdown's report changed with the listener's:\n%s", b)
+		}
+	})
+}

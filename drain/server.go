@@ -283,6 +283,7 @@ func (s *Server) stopListener(ctx context.Context) (*Report, error) {
 		return &Report{Started: time.Now()}, nil
 	}
 	r, err := l.Stop(ctx)
+	r = r.clone() // the listener's own report stays the listener's
 	if err != nil {
 		return r, err
 	}
