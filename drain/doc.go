@@ -91,6 +91,12 @@
 // is left is closed and named in
 // the report. HTTP/2 connections get their GOAWAY from http.Server.Shutdown.
 //
+// The drain runs once. Shutdown may be called from several goroutines: the
+// others wait for it, each bounded by its own ctx, and every caller gets a
+// copy of the report of its own (changing one changes no other, nor the
+// served Listener's). A nil listener (ErrNilListener) or a Server without
+// HTTP (ErrNoHTTPServer) is an error, never a panic.
+//
 // The package never installs signal handlers or exits; see the examples for
 // the signal wiring.
 //

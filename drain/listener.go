@@ -87,25 +87,19 @@ var (
 // l is then left open and still owned by the caller. A nil l (also a typed
 // nil) gives an error wrapping ErrNilListener.
 func Wrap(l net.Listener, opts Options) (*Listener, error) {
+	if nilListener(l) {
+		return nil, &net.OpError{Op: "wrap", Net: "tcp", Err: ErrNilListener}
+	}
 	var tl *net.TCPListener
 	switch v := l.(type) {
-	case nil:
 	case *net.TCPListener:
 		tl = v
 	case *reuseport.Listener:
-		if v != nil {
-			tl = v.TCPListener
-		}
+		tl = v.TCPListener
 	case *Listener:
-		if v == nil {
-			break
-		}
 		return nil, wrapError(l, fmt.Errorf("%w: already wrapped", ErrNotSupported))
 	default:
 		return nil, wrapError(l, fmt.Errorf("%w: %T is not a *net.TCPListener", ErrNotSupported, l))
-	}
-	if tl == nil {
-		return nil, &net.OpError{Op: "wrap", Net: "tcp", Err: ErrNilListener}
 	}
 	if err := checkProtocol(tl); err != nil {
 		return nil, wrapError(l, err)
@@ -124,6 +118,22 @@ const sharedByOption = "Options.Shared"
 
 func wrapError(l net.Listener, err error) error {
 	return &net.OpError{Op: "wrap", Net: l.Addr().Network(), Addr: l.Addr(), Err: err}
+}
+
+// nilListener reports whether l is nil: untyped, or a nil pointer of a type
+// Wrap takes (a *reuseport.Listener without its *net.TCPListener included).
+func nilListener(l net.Listener) bool {
+	switch v := l.(type) {
+	case nil:
+		return true
+	case *net.TCPListener:
+		return v == nil
+	case *reuseport.Listener:
+		return v == nil || v.TCPListener == nil
+	case *Listener:
+		return v == nil
+	}
+	return false
 }
 
 // checkProtocol refuses sockets that are not IPPROTO_TCP.

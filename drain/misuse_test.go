@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
@@ -18,7 +19,7 @@ import (
 // TestWrapNil: a nil listener, untyped or typed, is refused with
 // ErrNilListener instead of a panic.
 func TestWrapNil(t *testing.T) {
-	for _, l := range []net.Listener{nil, (*net.TCPListener)(nil), (*reuseport.Listener)(nil), (*drain.Listener)(nil)} {
+	for _, l := range []net.Listener{nil, (*net.TCPListener)(nil), (*reuseport.Listener)(nil), &reuseport.Listener{}, (*drain.Listener)(nil)} {
 		dl, err := drain.Wrap(l, drain.Options{})
 		if dl != nil || !errors.Is(err, drain.ErrNilListener) {
 			t.Errorf("Wrap(%#v): %v, %v; want nil and ErrNilListener", l, dl, err)
@@ -103,6 +104,120 @@ func TestConcurrentShutdown(t *testing.T) {
 		late, err := p.ds.Shutdown(context.Background())
 		if b, _ := json.Marshal(late); err != nil || string(b) != string(first) {
 			t.Errorf("a later Shutdown: %s, %v", b, err)
+		}
+	})
+}
+
+// TestServeNil: Serve with a nil listener, untyped or typed, returns an error
+// matching ErrNilListener instead of a panic, and leaves the Server unused: a
+// Shutdown afterwards returns at once.
+func TestServeNil(t *testing.T) {
+	netnstest.CheckLeaks(t)
+	for _, l := range []net.Listener{nil, (*net.TCPListener)(nil), (*reuseport.Listener)(nil), &reuseport.Listener{}, (*drain.Listener)(nil)} {
+		ds := &drain.Server{HTTP: &http.Server{}}
+		var oe *net.OpError
+		if err := ds.Serve(l); !errors.Is(err, drain.ErrNilListener) || !errors.As(err, &oe) || oe.Op != "serve" {
+			t.Errorf("Serve(%#v): %v; want a serve *net.OpError matching ErrNilListener", l, err)
+		}
+		if _, err := ds.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown after Serve(%#v): %v", l, err)
+		}
+		// Without HTTP too: the nil listener is named, not dereferenced.
+		if err := (&drain.Server{}).Serve(l); !errors.Is(err, drain.ErrNilListener) {
+			t.Errorf("Serve(%#v) without HTTP: %v; want ErrNilListener", l, err)
+		}
+	}
+}
+
+// TestShutdownWaiterContext: a Shutdown called while another drains waits
+// with its own ctx: when that ends first it returns a nil report and an error
+// naming the address and wrapping its ctx.Err(), and the drain goes on to
+// serve the request in flight; a call after the drain gets its report.
+func TestShutdownWaiterContext(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		p := newPhase(t, nil)
+		c := dial(t, p.addr)
+		c.Write(keepAliveRequest("/block"))
+		p.awaitHandler(t)
+		res := p.shutdown(context.Background())
+		waitDraining(t, p.ds)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		rep, err := p.ds.Shutdown(ctx)
+		var oe *net.OpError
+		if rep != nil || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &oe) || oe.Op != "shutdown" || oe.Addr == nil || oe.Addr.String() != p.addr {
+			t.Errorf("waiting Shutdown: %+v, %v; want nil and a shutdown *net.OpError on %s wrapping DeadlineExceeded", rep, err, p.addr)
+		}
+		select {
+		case r := <-res:
+			t.Fatalf("the drain ended with the waiter's ctx: %v", r.err)
+		default:
+		}
+		close(p.release)
+		if resp, body, err := readResponse(c, 10*time.Second); err != nil || resp.StatusCode != 200 || body != "done\n" {
+			t.Fatalf("request in flight: %v %v %q", resp, err, body)
+		}
+		r := <-res
+		if r.err != nil || r.rep.HTTP.Completed != 1 {
+			t.Fatalf("drain: %+v, %v; want 1 completed", r.rep.HTTP, r.err)
+		}
+		late, err := p.ds.Shutdown(ctx) // ended, but the drain is over
+		if err != nil || late == nil || late == r.rep || late.HTTP.Completed != 1 {
+			t.Errorf("a Shutdown after the drain: %+v, %v; want a copy of its report", late, err)
+		}
+		if err := p.wait(); !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v, want http.ErrServerClosed", err)
+		}
+	})
+}
+
+// TestShutdownReportNotShared: the report Shutdown returns shares no memory
+// with the report of the *Listener it served (its Stop and Report): changing
+// the listener's report changes no Shutdown report, earlier or later, and the
+// listener's report stays the listener's, without HTTP.
+func TestShutdownReportNotShared(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		dl, err := drain.Wrap(listenTCP(t, "127.0.0.1:0"), drain.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds := &drain.Server{HTTP: &http.Server{Handler: http.NotFoundHandler()}}
+		wait := serve(t, func() error { return ds.Serve(dl) })
+		// Serve has begun once a connection is answered.
+		c := dial(t, dl.Addr().String())
+		c.Write(request("/"))
+		if _, _, err := readResponse(c, 10*time.Second); err != nil {
+			t.Fatalf("server not serving: %v", err)
+		}
+		c.Close()
+		first, err := ds.Shutdown(context.Background())
+		if err != nil || first.HTTP == nil {
+			t.Fatalf("Shutdown: %+v, %v", first, err)
+		}
+		if err := wait(); !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v, want http.ErrServerClosed", err)
+		}
+		want, _ := json.Marshal(first)
+		lr, err := dl.Stop(context.Background())
+		if err != nil || lr == nil || lr != dl.Report() {
+			t.Fatalf("listener Stop after the drain: %p, %v; Report %p", lr, err, dl.Report())
+		}
+		if lr.HTTP != nil {
+			t.Errorf("the listener's report has the Server's HTTP report: %+v", lr.HTTP)
+		}
+		lr.Method = "changed"
+		lr.Errors = append(lr.Errors, "changed")
+		if lr.HTTP != nil {
+			lr.HTTP.Completed = 1000
+		}
+		late, err := ds.Shutdown(context.Background())
+		if b, _ := json.Marshal(late); err != nil || string(b) != string(want) {
+			t.Errorf("a later Shutdown after changing the listener's report:\n%s, %v\nwant\n%s", b, err, want)
+		}
+		if b, _ := json.Marshal(first); string(b) != string(want) {
+			t.Errorf("the first Shutdown's report changed with the listener's:\n%s", b)
 		}
 	})
 }

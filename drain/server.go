@@ -100,14 +100,15 @@ func (s *Server) Ready() http.Handler {
 
 // Serve serves HTTP on l, wrapped by Wrap unless it is a *Listener already; it
 // takes ownership of l. Like http.Server.Serve it returns
-// http.ErrServerClosed after Shutdown.
+// http.ErrServerClosed after Shutdown. A nil l (untyped or a typed nil) gives
+// an error matching ErrNilListener, a nil HTTP one matching ErrNoHTTPServer.
 func (s *Server) Serve(l net.Listener) error {
+	if nilListener(l) {
+		return &net.OpError{Op: "serve", Net: "tcp", Err: ErrNilListener}
+	}
 	if s.HTTP == nil {
-		e := &net.OpError{Op: "serve", Net: "tcp", Err: ErrNoHTTPServer}
-		if l != nil {
-			e.Addr = l.Addr()
-			l.Close()
-		}
+		e := &net.OpError{Op: "serve", Net: "tcp", Addr: l.Addr(), Err: ErrNoHTTPServer}
+		l.Close()
 		return e
 	}
 	dl, ok := l.(*Listener)
@@ -190,7 +191,7 @@ func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 		select {
 		case <-shut:
 		case <-ctx.Done():
-			return nil, &net.OpError{Op: "shutdown", Net: "tcp", Err: fmt.Errorf("waiting for the Shutdown in progress: %w", ctx.Err())}
+			return nil, &net.OpError{Op: "shutdown", Net: "tcp", Addr: s.addr(), Err: fmt.Errorf("waiting for the Shutdown in progress: %w", ctx.Err())}
 		}
 	}
 	return s.shutRep.clone(), s.shutErr
@@ -242,15 +243,22 @@ func (s *Server) logBegin(h *HTTPReport) {
 	if s.Logger == nil {
 		return
 	}
-	s.mu.Lock()
-	l := s.l
-	s.mu.Unlock()
 	addr := ""
-	if l != nil {
-		addr = l.Addr().String()
+	if a := s.addr(); a != nil {
+		addr = a.String()
 	}
 	s.Logger.Debug("drain begins", zap.String("event", "drain.begin"), zap.String("addr", addr),
 		zap.Int("in_flight_at_start", h.InFlightAtStart), zap.Duration("delay", s.Delay))
+}
+
+// addr is the address served, nil before Serve.
+func (s *Server) addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.l == nil {
+		return nil
+	}
+	return s.l.Addr()
 }
 
 func (s *Server) delay(ctx context.Context) error {
@@ -275,6 +283,7 @@ func (s *Server) stopListener(ctx context.Context) (*Report, error) {
 		return &Report{Started: time.Now()}, nil
 	}
 	r, err := l.Stop(ctx)
+	r = r.clone() // the listener's own report stays the listener's
 	if err != nil {
 		return r, err
 	}

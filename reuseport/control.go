@@ -18,11 +18,16 @@ var ErrMPTCP = fmt.Errorf("%w: socket is MPTCP (Go's default since 1.24); set Co
 //	lc := net.ListenConfig{Control: cfg.Control}
 //
 // It cannot set the backlog (package net chooses it) and does not check UIDs or
-// the migration policy; Listen does all of that. Unless c.MPTCP is set, it
+// the migration policy; Listen does all of that. It refuses the values Listen
+// refuses (a negative count or duration, an unknown c.Migration) with an
+// *OptionError wrapping os.ErrInvalid. Unless c.MPTCP is set, it
 // refuses the MPTCP socket Go 1.24+ tries first (with ErrMPTCP), and package
 // net falls back to plain TCP, so the listener is IPPROTO_TCP either way;
 // lc.SetMultipathTCP(false) skips that first attempt.
 func (c *Config) Control(network, address string, rc syscall.RawConn) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
 	var serr error
 	err := rc.Control(func(fd uintptr) {
 		k, proto, err := readKind(int(fd))

@@ -66,7 +66,9 @@ func (g *Group) PIDs() []int {
 
 // Inspect lists the TCP listeners bound exactly to address ("host:port", a
 // literal IP) in the calling thread's network namespace, with the processes
-// holding them (a best-effort scan of /proc/*/fd). Port 0 is refused.
+// holding them (a best-effort scan of /proc/*/fd). Port 0 is refused. A ctx
+// that has ended, before or during the scan, gives an error wrapping ctx.Err().
+// Every error names address ("inspect 127.0.0.1:80: ...").
 func Inspect(ctx context.Context, address string) (*Group, error) {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
@@ -75,7 +77,14 @@ func Inspect(ctx context.Context, address string) (*Group, error) {
 	if ap.Port() == 0 {
 		return nil, fmt.Errorf("inspect %s: port 0 names no group", address)
 	}
-	return inspect(ctx, ap.Port(), func(a netip.AddrPort) bool { return a.Addr().Unmap() == ap.Addr().Unmap() })
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", address, err)
+	}
+	g, err := inspect(ctx, ap.Port(), func(a netip.AddrPort) bool { return a.Addr().Unmap() == ap.Addr().Unmap() })
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", address, err)
+	}
+	return g, nil
 }
 
 // inspect lists the listeners on port that match.
@@ -104,6 +113,9 @@ func inspect(ctx context.Context, port uint16, match func(netip.AddrPort) bool) 
 	}
 	owners, unreadable, err := sockdiag.Owners(inodes)
 	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	for i := range g.Members {

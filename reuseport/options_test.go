@@ -3,6 +3,8 @@ package reuseport_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"slices"
@@ -319,6 +321,62 @@ func TestCancelledContext(t *testing.T) {
 		}
 		if n := netnstest.FDCount(t); n != fds {
 			t.Fatalf("fds %d before, %d after", fds, n)
+		}
+	})
+}
+
+// TestControlBadInput: Control, in a caller's own net.ListenConfig, refuses
+// what Listen refuses (a negative duration or count, an unknown
+// MigrationPolicy) with the same *OptionError wrapping os.ErrInvalid, and no
+// socket is left behind.
+func TestControlBadInput(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		fds := netnstest.FDCount(t)
+		for _, c := range []struct {
+			cfg    reuseport.Config
+			option string
+		}{
+			{reuseport.Config{Options: reuseport.Options{DeferAccept: -time.Second}}, "TCP_DEFER_ACCEPT"},
+			{reuseport.Config{Options: reuseport.Options{KeepAlive: reuseport.KeepAlive{Enable: true, Idle: -time.Second}}}, "TCP_KEEPIDLE"},
+			{reuseport.Config{Options: reuseport.Options{RecvBuffer: -1}}, "SO_RCVBUF"},
+			{reuseport.Config{Migration: reuseport.MigrationPolicy(99)}, "migration"},
+		} {
+			for _, network := range []string{"tcp4", "udp4"} {
+				lc := net.ListenConfig{Control: c.cfg.Control}
+				var l io.Closer
+				var err error
+				if network == "tcp4" {
+					l, err = lc.Listen(context.Background(), network, "127.0.0.1:0")
+				} else {
+					l, err = lc.ListenPacket(context.Background(), network, "127.0.0.1:0")
+				}
+				var o *reuseport.OptionError
+				if err == nil || !errors.As(err, &o) || o.Option != c.option || !errors.Is(err, os.ErrInvalid) {
+					if err == nil {
+						l.Close()
+					}
+					t.Errorf("%s with Control and %s: %v; want an *OptionError for %s wrapping os.ErrInvalid", network, c.option, err, c.option)
+				}
+			}
+		}
+		if n := netnstest.FDCount(t); n != fds {
+			t.Fatalf("fds %d before, %d after", fds, n)
+		}
+	})
+}
+
+// TestInspectCancelled: Inspect with a ctx that has ended returns no group
+// and an error naming the address and wrapping ctx.Err().
+func TestInspectCancelled(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		l := listen(t, &reuseport.Config{}, "127.0.0.1:0")
+		addr := l.Addr().String()
+		cctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		g, err := reuseport.Inspect(cctx, addr)
+		if g != nil || !errors.Is(err, context.Canceled) || !strings.HasPrefix(fmt.Sprint(err), "inspect "+addr+": ") {
+			t.Errorf("Inspect with a cancelled ctx: %+v, %v; want nil and \"inspect %s: context canceled\"", g, err, addr)
 		}
 	})
 }
