@@ -55,6 +55,7 @@ type Upgrader struct {
 	gen   uint64
 	pred  *conn              // to the predecessor until Ready; nil when fresh
 	inh   map[string]*socket // received, validated, not yet claimed
+	hln   *net.UnixListener  // the predecessor's handoff socket, until Ready
 	act   *systemd.Activation
 	fback error
 
@@ -129,21 +130,16 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	nc, ok, err := dial(dctx, cfg.Path)
+	fresh, err := u.connect(ctx, dctx)
 	if err != nil {
 		return nil, u.opError(err)
 	}
-	if ok {
-		err := u.inherit(ctx, nc)
-		if err == nil || !predecessorGone(err) {
-			if err != nil {
-				return nil, u.opError(err)
-			}
-			return u, nil
-		}
-		u.fback = err
+	if !fresh {
+		return u, nil
+	}
+	if u.fback != nil {
 		u.log.Warn("predecessor lost during handoff; keeping the sockets received, the rest will be fresh", zap.String("event", "handoff.fallback"),
-			zap.Error(err), zap.Int("kept", len(u.inh)), zap.Uint64("generation", u.gen))
+			zap.Error(u.fback), zap.Int("kept", len(u.inh)), zap.Uint64("generation", u.gen))
 	}
 	if u.act, err = systemd.Activated(); err != nil {
 		return nil, u.opError(err)
@@ -189,9 +185,12 @@ func (u *Upgrader) Close() error {
 		return nil
 	}
 	u.closed = true
-	srv, socks, inh, pred := u.srv, u.socks, u.inh, u.pred
-	u.socks, u.inh, u.pred = nil, nil, nil
+	srv, socks, inh, pred, hln := u.srv, u.socks, u.inh, u.pred, u.hln
+	u.socks, u.inh, u.pred, u.hln = nil, nil, nil, nil
 	u.mu.Unlock()
+	if hln != nil {
+		hln.Close() // our reference; the predecessor serves it
+	}
 	if srv != nil {
 		srv.close()
 	}
