@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 )
 
@@ -296,5 +299,46 @@ func TestRacingSuccessors(t *testing.T) {
 			t.Fatalf("connections lost: %v", d)
 		}
 		old.Kill()
+	})
+}
+
+// Item: a predecessor that holds the handoff socket but never answers (its
+// serve loop is wedged: the connect succeeds, nothing accepts) makes New fail
+// within Timeout with ErrNoAnswer in a *net.OpError, logged as
+// handoff.no_answer, instead of hanging or starting a second lineage beside
+// it; nothing leaks.
+func TestPredecessorNoAnswer(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		path := handoffPath(t)
+		pred := startRawPeer(t, path, rolePredecessor, "mute")
+		defer pred.Kill()
+		pred.expect(t, "listening")
+		netnstest.CheckLeaks(t)
+		core, logs := observer.New(zap.InfoLevel)
+		done := make(chan error, 1)
+		go func() {
+			u, err := New(context.Background(), Config{Path: path, Timeout: time.Second, Logger: zap.New(core)})
+			if err == nil {
+				u.Close()
+			}
+			done <- err
+		}()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(60 * time.Second):
+			t.Fatal("New still waits after 60 s with a Timeout of 1 s")
+		}
+		var oe *net.OpError
+		if !errors.Is(err, ErrNoAnswer) || !errors.As(err, &oe) || oe.Op != "handoff" || oe.Addr.String() != path {
+			t.Fatalf("New: %v, want ErrNoAnswer in a *net.OpError handoff %s", err, path)
+		}
+		t.Logf("%v", err)
+		if n := logs.FilterField(zap.String("event", "handoff.no_answer")).Len(); n != 1 {
+			t.Fatalf("%d handoff.no_answer events, want 1", n)
+		}
+		if logs.FilterField(zap.String("event", "handoff.fresh")).Len() != 0 {
+			t.Fatal("New started fresh beside a live predecessor")
+		}
 	})
 }
