@@ -91,16 +91,22 @@ func (s *socket) close() {
 }
 
 // New connects to the predecessor serving cfg.Path, if one does, checks its
-// credentials and receives and validates its sockets (generation = its + 1).
+// credentials and receives and validates its sockets and its handoff socket
+// (generation = its + 1).
 // If nobody serves Path (no file, or a stale one), it uses systemd socket
 // activation if present, else starts fresh (generation 1). If the predecessor
 // dies during the transfer, New keeps the sockets it has received and
 // validated (Listen returns them as inherited: they are the predecessor's
 // live sockets, with its clients queued on them) and Listen creates the rest
 // fresh; FallbackReason says why, and Generation is the predecessor's + 1
-// once its hello was read (the lineage goes on), else 1. Other failures (refused credentials, version,
-// malformed frames, invalid fds, ErrHandoffInProgress) are returned, as
-// *net.OpError with Op "handoff", and nothing received stays open.
+// once its hello was read (the lineage goes on), else 1. A predecessor that
+// hangs up before sending any socket is dialled again: New inherits from
+// whoever holds the handoff socket now (it passes from generation to
+// generation), and starts fresh only if the path refuses. Other failures
+// (refused credentials, version, malformed frames, invalid fds,
+// ErrHandoffInProgress, ErrNoAnswer) are returned, as *net.OpError with Op
+// "handoff", and nothing received stays open; New never starts fresh while
+// the path answers (see "One lineage" in the package doc).
 //
 // ctx bounds every wait of New: the connect and each read and write of the
 // protocol (Config.Timeout bounds each of them too); when ctx ends first the
