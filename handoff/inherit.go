@@ -122,7 +122,7 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 		return err
 	}
 	f, _, err := c.recv(0)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
+	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
 		err = &FrameError{Type: typeHello, Err: ErrNoAnswer, Detail: fmt.Sprintf("pid %d accepted no conversation within %v", cred.Pid, u.cfg.Timeout)}
 		u.log.Warn("predecessor does not answer; not starting a second lineage beside it", zap.String("event", "handoff.no_answer"), zap.Int32("peer_pid", cred.Pid), zap.Duration("timeout", u.cfg.Timeout))
 	}
