@@ -15,7 +15,9 @@
 //
 // Ready tells the predecessor to stop: its Exit channel closes, and it should
 // close its listeners (only its references; the sockets stay open in the
-// successor) and drain. Accepting before Ready means there is no moment when
+// successor) and drain. The handoff socket itself is handed over the same
+// way: the predecessor passes it with the listeners, and the successor
+// serves that same socket after Ready (see "One lineage" below). Accepting before Ready means there is no moment when
 // nobody accepts; connections accepted by a successor that then dies before
 // Ready are lost with it, so a successor that may fail its start-up should
 // accept only after Ready (the kernel queues meanwhile). After Ready the new
@@ -45,6 +47,39 @@
 // AllowUIDs, hidepid or a PID namespace hide it). A listener closed without
 // package drain is only closed, which is a release too.
 //
+// # One lineage
+//
+// Only the first generation creates the handoff socket (and a generation
+// whose predecessor is an older release that does not pass it). From then on
+// the socket is passed along: the predecessor sends it after the last fd
+// batch, stops accepting on it after the successor's ready by closing its fd
+// only (never unlinking the file, never shutting the socket down), and the
+// successor serves it after done. So the name stays bound and the file (same
+// inode) stays in place while any generation lives: nobody else can bind an
+// abstract name between handoffs, and a successor never finds the path
+// refusing and mistakes a live lineage for a stale file. A connection made
+// while the predecessor no longer accepts and the successor not yet serves
+// waits in the socket's queue and is answered by the successor.
+//
+// A successor therefore starts fresh only when the path refuses (or is
+// absent): nobody holds the socket. Two successors racing: the one the
+// predecessor takes first inherits; the other is either refused with
+// ErrHandoffInProgress (New returns it at once and does not retry: when to
+// try again is the deploy tool's or supervisor's choice), or, if it connected
+// once the predecessor had stopped accepting, waits in the queue and inherits
+// from the winner, one generation later. A predecessor that hangs up before
+// sending any socket is dialled again (at most 6 times in all, within
+// Config.Timeout): if its handoff socket lives on in another process, that one
+// answers; New starts fresh only if the path then refuses, and fails if it
+// still answers after the last hang-up. (One that dies after sending some
+// sockets had not sent its handoff socket yet: nobody else holds it.) A predecessor that accepts the
+// connection (or lets it queue) but sends no hello within Config.Timeout, for
+// example because its serve loop is wedged, makes New fail with ErrNoAnswer
+// (in a *net.OpError, logged as handoff.no_answer): starting fresh beside a
+// live predecessor would make a second set of listening sockets, a second
+// lineage, next to the first; the application decides (retry, alert, or stop
+// the predecessor first).
+//
 // # Security
 //
 // Both ends read the peer's credentials (SO_PEERCRED): by default only a
@@ -60,7 +95,12 @@
 // name) too long for a unix socket address, and a path where something other
 // than a socket exists. An abstract name ("@name") has
 // no file and no permissions; the credential check guards it, but anyone may
-// squat a free abstract name. A stale socket file (its process died: connect
+// squat a free abstract name: it is free only before the first generation
+// binds it and after the last one exits. A successor that inherits the
+// handoff socket checks that the file at Path is a socket of mode 0600 owned
+// by an allowed UID, and that the inherited socket is a listening unix stream
+// socket bound to Path (an abstract name) or to a name in Path's directory.
+// A stale socket file (its process died: connect
 // gives ECONNREFUSED) is replaced; Listen("unix", p) likewise replaces only a
 // stale socket, never another kind of file. Each received fd is checked: fstat says
 // socket; SO_DOMAIN, SO_TYPE and SO_PROTOCOL fit the declared kind and network;
@@ -91,21 +131,32 @@
 //	for each batch of up to 253 sockets, in offer order:
 //	P -> S  {"type":"fds","first":F,"count":K} + SCM_RIGHTS with exactly K fds
 //	S -> P  {"type":"ack","received":F+K}
+//	if both hellos carried "handoff":true:
+//	P -> S  {"type":"handoff","sockets":[{"name":"handoff","kind":"unix-listener",
+//	         "network":"unix","address":"@name" or "<dir>/.<base>.<pid>.tmp"}]}
+//	         + SCM_RIGHTS with P's handoff listening socket
 //	... S starts serving, then:
 //	S -> P  {"type":"ready","generation":G+1}
-//	P -> S  {"type":"done","generation":G+1}   (P has released the handoff socket)
+//	P -> S  {"type":"done","generation":G+1}   (P has stopped accepting on the handoff socket)
 //
 // Kinds are "tcp-listener" (network tcp, tcp4, tcp6), "udp" (udp, udp4, udp6)
 // and "unix-listener" (network unix; no digest). Names are unique, 1 to 255
 // bytes of UTF-8; an offer lists at most 4096 sockets. Either side may instead
 // send {"type":"error","code":C,"message":M} and close; C is "version",
-// "in_progress" (P is handing over to another successor: ErrHandoffInProgress),
+// "in_progress" (P is handing over, or has handed over, to another
+// successor: ErrHandoffInProgress),
 // "busy" (P holds as many conversations or buffered bytes as it may: ErrBusy),
 // "permission", "protocol", "validation" or "internal". A peer speaking another
 // version gets code "version". An observer (see Observe, Upgrade) sends a hello
 // with "role":"observer" and receives P's hello, which then also carries
 // "failures" (successors refused for their version, or whose transfer failed)
-// and "last_error". Fields whose value is zero are omitted ("uid" of root,
+// and "last_error". A successor's and a predecessor's hello carry
+// "handoff":true: the successor takes the handoff socket, the predecessor
+// sends it. The key belongs to the version 1 hello from this release on;
+// releases before it (which ignored unknown keys) omit it, and then the
+// handoff socket is neither sent nor expected and the successor binds its own
+// at Ready as before, so upgrades across the change work in both directions
+// (only they keep the old window). Fields whose value is zero are omitted ("uid" of root,
 // "generation" 0, "first" 0). Keys are matched exactly (case-sensitively), and
 // a key that is unknown or repeated, in a frame or an offered socket, is a
 // protocol error: the hello's keys are therefore the same in every version,

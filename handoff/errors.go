@@ -34,6 +34,11 @@ var (
 	// ErrBadPath: the handoff socket path cannot be used: empty, too long for
 	// a unix socket address, or naming something other than a socket.
 	ErrBadPath = errors.New("bad handoff socket path")
+	// ErrNoAnswer: a predecessor holds the handoff socket (the connect
+	// succeeded) but did not answer within Config.Timeout, e.g. its serve
+	// loop is wedged. New does not start fresh beside it: that would be a
+	// second lineage of listeners next to a live one.
+	ErrNoAnswer = errors.New("predecessor does not answer")
 	// ErrClosed: the Upgrader was closed.
 	ErrClosed = errors.New("upgrader closed")
 )

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("app", appMain)
 	netnstest.RegisterHelper("rawpeer", rawpeerMain)
+	netnstest.RegisterHelper("squatter", squatterMain)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }
@@ -48,7 +50,7 @@ func fdCount() int {
 // with its generation, calls Ready, and on Exit closes its listeners, drains
 // and exits. It reports on stdout:
 //
-//	ready <generation> <pid> <addr>
+//	ready <generation> <pid> <addr> <inode of http> <inode of the handoff socket>
 //	received <generation>          (mode hold: has the fds, never Ready)
 //	paused                         (mode pause: predecessor stopped after a batch;
 //	                                mode gate: it waits for a line on stdin, then goes on)
@@ -115,7 +117,7 @@ func app(base int) error {
 	if err := u.Ready(); err != nil {
 		return err
 	}
-	fmt.Printf("ready %d %d %s\n", u.Generation(), os.Getpid(), ln.Addr())
+	fmt.Printf("ready %d %d %s %d %d\n", u.Generation(), os.Getpid(), ln.Addr(), sockIno(ln.(syscall.Conn)), sockIno(u.srv.ln))
 	if os.Getenv("ZD_DEBUG") != "" {
 		fmt.Fprintf(os.Stderr, "app pid %d: generation %d ready (fallback: %v)\n", os.Getpid(), u.Generation(), u.FallbackReason())
 	}

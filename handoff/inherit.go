@@ -53,7 +53,43 @@ func code(err error) string {
 
 // hello is our hello frame.
 func (u *Upgrader) hello(role string, gen uint64) *frame {
-	return &frame{Type: typeHello, Version: Version, Role: role, PID: os.Getpid(), UID: uint32(os.Geteuid()), Generation: gen}
+	return &frame{Type: typeHello, Version: Version, Role: role, PID: os.Getpid(), UID: uint32(os.Geteuid()), Generation: gen, Handoff: role != roleObserver}
+}
+
+// maxRedials bounds how often connect dials again after a hang-up.
+const maxRedials = 5
+
+// connect inherits from whoever serves Path. A predecessor that hangs up
+// before the transfer completes (it died, or it was stopping because it had
+// just handed over to another successor) is dialled again: if its handoff
+// socket lives on in a successor, that one answers and we inherit from it.
+// Only a path that refuses (no live holder) makes New start fresh (fresh is
+// true); the last hang-up is kept as FallbackReason. A path that still
+// answers after maxRedials+1 hang-ups is an error, never a second lineage.
+func (u *Upgrader) connect(ctx, dctx context.Context) (fresh bool, err error) {
+	for i := 0; ; i++ {
+		nc, ok, err := dial(dctx, u.cfg.Path)
+		if err != nil || !ok {
+			return err == nil, err
+		}
+		err = u.inherit(ctx, nc)
+		if err == nil {
+			u.fback = nil // we inherited after all
+		}
+		if err == nil || !predecessorGone(err) {
+			return false, err
+		}
+		u.fback = err
+		if len(u.inh) > 0 {
+			// It died mid-transfer: nobody else has these sockets, nor
+			// its handoff socket. Keep what was received; the rest fresh.
+			return true, nil
+		}
+		if i == maxRedials {
+			return false, fmt.Errorf("hung up %d times, and the handoff socket still answers: %w", i+1, err)
+		}
+		u.log.Warn("predecessor hung up; dialling the handoff socket again", zap.String("event", "handoff.redial"), zap.Int("attempt", i+1), zap.Error(err))
+	}
 }
 
 // inherit runs the successor's side of the protocol up to the last ack. On
@@ -86,6 +122,10 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 		return err
 	}
 	f, _, err := c.recv(0)
+	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+		err = &FrameError{Type: typeHello, Err: ErrNoAnswer, Detail: fmt.Sprintf("pid %d accepted no conversation within %v", cred.Pid, u.cfg.Timeout)}
+		u.log.Warn("predecessor does not answer; not starting a second lineage beside it", zap.String("event", "handoff.no_answer"), zap.Int32("peer_pid", cred.Pid), zap.Duration("timeout", u.cfg.Timeout))
+	}
 	if err != nil {
 		return err
 	}
@@ -107,6 +147,17 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	}
 	if err != nil {
 		return err
+	}
+	if f.Handoff {
+		if u.hln, err = u.receiveSelf(c); err != nil {
+			if !predecessorGone(err) { // else they are live: keep them, as receive does
+				for _, s := range socks {
+					s.close()
+				}
+				u.inh = nil
+			}
+			return err
+		}
 	}
 	u.pred = c
 	u.log.Info("received sockets", zap.String("event", "handoff.received"), zap.Int("count", len(socks)), zap.Duration("took", time.Since(start)))
@@ -251,4 +302,35 @@ func prebuild(s *socket) (*obtained, error) {
 		ul.SetUnlinkOnClose(false)
 	}
 	return out, nil
+}
+
+// receiveSelf reads the predecessor's handoff listening socket, checks it
+// (a listening unix stream socket bound to our Path, or for a file path to a
+// name in its directory) and returns it as the listener Ready will serve; it
+// never unlinks the file.
+func (u *Upgrader) receiveSelf(c *conn) (*net.UnixListener, error) {
+	f, fds, err := c.recv(1)
+	if err == nil {
+		err = expect(f, typeHandoff)
+	}
+	if err == nil && len(fds) != 1 {
+		err = &FrameError{Type: typeHandoff, Err: ErrFDCount, Detail: fmt.Sprintf("%d fds, want 1", len(fds))}
+	}
+	if err != nil {
+		closeFDs(fds)
+		return nil, err
+	}
+	s := &socket{info: f.Sockets[0], fd: fds[0]}
+	defer closeFDs(fds)
+	if err := checkHandoffName(u.cfg.Path, &s.info); err != nil {
+		return nil, err
+	}
+	if _, err := validate(s.fd, &s.info); err != nil {
+		return nil, err
+	}
+	o, err := prebuild(s)
+	if err != nil {
+		return nil, err
+	}
+	return o.ln.(*net.UnixListener), nil
 }

@@ -201,6 +201,42 @@ func listenHandoff(path string) (*net.UnixListener, string, error) {
 	return l, name, nil
 }
 
+// checkHandoffName checks the name an inherited handoff socket is declared
+// bound to: Path itself for an abstract name, else a name in Path's
+// directory (the temporary name the first generation bound, renamed to Path).
+func checkHandoffName(path string, s *socketInfo) error {
+	ok := s.Address == path
+	if !abstract(path) {
+		ok = !abstract(s.Address) && filepath.Dir(s.Address) == filepath.Dir(path)
+	}
+	if !ok {
+		return &ValidationError{Name: s.Name, Check: "getsockname", Want: path, Got: s.Address}
+	}
+	return nil
+}
+
+// adoptPath checks the file at path of an inherited handoff socket, as
+// listenHandoff made it (a socket file of mode 0600 owned by an allowed
+// user), and returns its inode, to unlink only our own later.
+func adoptPath(path string, allow []uint32) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return 0, os.NewSyscallError("lstat", err)
+	}
+	bad := func(check, want, got string) error {
+		return &ValidationError{Name: "handoff", Check: check, Want: want, Got: got + " at " + path}
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFSOCK:
+		return 0, bad("S_IFSOCK", "socket file", "file mode "+strconv.FormatUint(uint64(st.Mode&unix.S_IFMT), 8))
+	case st.Mode&0o7777 != 0o600:
+		return 0, bad("mode", "0600", strconv.FormatUint(uint64(st.Mode&0o7777), 8))
+	case !slices.Contains(append([]uint32{uint32(os.Geteuid())}, allow...), st.Uid):
+		return 0, bad("owner", "an allowed uid", strconv.FormatUint(uint64(st.Uid), 10))
+	}
+	return st.Ino, nil
+}
+
 // listenAbstract binds an abstract name the predecessor is releasing: it closes
 // its listener before it sends done, so a few retries are enough.
 func listenAbstract(ctx context.Context, path string, timeout time.Duration) (*net.UnixListener, error) {

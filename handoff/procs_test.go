@@ -147,7 +147,8 @@ func report(c *conn) error {
 // sockets and a pipe it creates itself: "version" (a hello of version 2),
 // "oversized" (a header announcing MaxFrame+1), "fdcount" (two sockets
 // offered, one fd sent), "pipe" (a pipe for the listener "http"), "udp" (a
-// UDP socket for it), "digest" (the right socket with a wrong digest). It
+// UDP socket for it), "digest" (the right socket with a wrong digest), "mute"
+// (it never accepts, and waits at most 2 minutes to be killed). It
 // prints what the successor answered, then waits (at most 2 minutes) to be
 // killed, so that the test counts its own fds while nothing else changes.
 func rawPredecessor(path, script string) error {
@@ -184,6 +185,10 @@ func rawPredecessor(path, script string) error {
 	}
 	defer ln.Close()
 	fmt.Println("listening")
+	if script == "mute" { // a wedged serve loop: connects queue, none is accepted
+		time.Sleep(2 * time.Minute)
+		return nil
+	}
 	ln.SetDeadline(time.Now().Add(30 * time.Second))
 	nc, err := ln.AcceptUnix()
 	if err != nil {

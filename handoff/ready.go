@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -26,8 +27,8 @@ func (u *Upgrader) Ready() error {
 		return u.opError(fmt.Errorf("ready: %w", ErrClosed))
 	}
 	u.ready = true
-	inh, pred := u.inh, u.pred
-	u.inh, u.pred = nil, nil
+	inh, pred, hln := u.inh, u.pred, u.hln
+	u.inh, u.pred, u.hln = nil, nil, nil
 	u.mu.Unlock()
 	for name, s := range inh {
 		u.log.Warn("inherited socket not claimed by Listen; closing it", zap.String("event", "handoff.unclaimed"), zap.String("name", name), zap.String("address", s.info.Address))
@@ -42,10 +43,18 @@ func (u *Upgrader) Ready() error {
 			if pred != nil {
 				pred.Close()
 			}
+			if hln != nil {
+				hln.Close() // our reference; the predecessor serves it
+			}
 			return u.opError(fmt.Errorf("ready: %w", err))
 		}
 	}
 	s := &server{u: u, path: u.cfg.Path, conns: map[*conn]bool{}}
+	if hln != nil {
+		return u.readyInherited(s, pred, hln, pidTmp)
+	}
+	// The first generation, or a predecessor that does not pass its handoff
+	// socket (an older release of this package): bind our own.
 	var tmp string
 	var err error
 	if !abstract(u.cfg.Path) || pred == nil {
@@ -85,6 +94,30 @@ func removeTemp(name string) {
 	if name != "" {
 		os.Remove(name)
 	}
+}
+
+// readyInherited serves the handoff socket the predecessor passed us: the
+// name stays bound and the file (same inode) stays in place throughout, so a
+// successor never finds the path refusing while a generation is alive.
+// Connections that arrive after the predecessor stopped accepting wait in
+// the socket's queue until serve. On error the predecessor keeps serving the
+// socket; we close only our reference.
+func (u *Upgrader) readyInherited(s *server, pred *conn, ln *net.UnixListener, pidTmp string) error {
+	s.ln = ln
+	var err error
+	if !abstract(u.cfg.Path) {
+		s.ino, err = adoptPath(u.cfg.Path, u.cfg.AllowUIDs)
+	}
+	if err == nil {
+		err = u.signal(pred)
+	}
+	pred.Close()
+	if err != nil {
+		ln.Close()
+		removeTemp(pidTmp)
+		return u.opError(fmt.Errorf("ready: %w", err))
+	}
+	return u.serve(s, pidTmp)
 }
 
 // signal sends ready to the predecessor and waits for done.

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/shared"
 	"go.uber.org/zap"
 )
@@ -231,7 +232,7 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 	log.Info("successor connected", zap.String("event", "handoff.successor_connected"))
 	res := Result{From: s.u.gen, PID: f.PID}
 	start := time.Now()
-	err = s.transfer(c, h, log, &res)
+	err = s.transfer(c, h, f.Handoff, log, &res)
 	if err != nil {
 		share(s.u.offer(), false)
 	}
@@ -260,9 +261,19 @@ func (s *server) done(res Result, err error) {
 	}
 }
 
-// transfer sends hello, offer and fd batches, then waits for ready.
-func (s *server) transfer(c *conn, h *frame, log *zap.Logger, res *Result) error {
+// transfer sends hello, offer and fd batches, then the handoff socket itself
+// if the successor takes it (self), then waits for ready. Once a successor
+// took over, any later one is refused as in progress: the sockets and the
+// handoff socket are the first successor's now.
+func (s *server) transfer(c *conn, h *frame, self bool, log *zap.Logger, res *Result) error {
 	start := time.Now()
+	s.mu.Lock()
+	over := s.over
+	s.mu.Unlock()
+	if over {
+		c.send(&frame{Type: typeError, Code: codeInProgress, Message: ErrHandoffInProgress.Error() + " (already handed over)"}, nil)
+		return fmt.Errorf("already handed over: %w", ErrHandoffInProgress)
+	}
 	if err := c.send(h, nil); err != nil {
 		return err
 	}
@@ -299,12 +310,34 @@ func (s *server) transfer(c *conn, h *frame, log *zap.Logger, res *Result) error
 			return err
 		}
 	}
-	log.Info("sockets handed over; waiting for ready", zap.String("event", "handoff.sent"), zap.Int("count", len(socks)), zap.Duration("took", time.Since(start)))
+	if self {
+		if err := s.sendSelf(c); err != nil {
+			return err
+		}
+	}
+	log.Info("sockets handed over; waiting for ready", zap.String("event", "handoff.sent"), zap.Int("count", len(socks)), zap.Bool("handoff_socket", self), zap.Duration("took", time.Since(start)))
 	return s.awaitReady(c, log, start)
 }
 
+// sendSelf sends our handoff listening socket, declared with the name it
+// is bound to (for a file, the temporary name it was bound under).
+func (s *server) sendSelf(c *conn) error {
+	return linux.Control(s.ln, func(fd int) error {
+		name, err := linux.Sockname(fd)
+		if err != nil {
+			return err
+		}
+		info := socketInfo{Name: "handoff", Kind: kindUnix, Network: "unix", Address: name}
+		return c.send(&frame{Type: typeHandoff, Sockets: []socketInfo{info}}, []int{fd})
+	})
+}
+
 // awaitReady waits for the successor's ready, then stops: Exit is closed,
-// the handoff socket released, and done sent.
+// we stop accepting on the handoff socket, and done sent. Closing our
+// listener closes only our fd (it never unlinks: see listenHandoff, and no
+// shutdown): if we sent the socket, the successor holds it, so the name
+// stays bound and the file stays; connections arriving meanwhile wait in its
+// queue until the successor serves.
 func (s *server) awaitReady(c *conn, log *zap.Logger, start time.Time) error {
 	r, _, err := c.recvWithin(0, s.u.cfg.ReadyTimeout)
 	if err == nil {

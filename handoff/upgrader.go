@@ -55,6 +55,7 @@ type Upgrader struct {
 	gen   uint64
 	pred  *conn              // to the predecessor until Ready; nil when fresh
 	inh   map[string]*socket // received, validated, not yet claimed
+	hln   *net.UnixListener  // the predecessor's handoff socket, until Ready
 	act   *systemd.Activation
 	fback error
 
@@ -90,16 +91,22 @@ func (s *socket) close() {
 }
 
 // New connects to the predecessor serving cfg.Path, if one does, checks its
-// credentials and receives and validates its sockets (generation = its + 1).
+// credentials and receives and validates its sockets and its handoff socket
+// (generation = its + 1).
 // If nobody serves Path (no file, or a stale one), it uses systemd socket
 // activation if present, else starts fresh (generation 1). If the predecessor
 // dies during the transfer, New keeps the sockets it has received and
 // validated (Listen returns them as inherited: they are the predecessor's
 // live sockets, with its clients queued on them) and Listen creates the rest
 // fresh; FallbackReason says why, and Generation is the predecessor's + 1
-// once its hello was read (the lineage goes on), else 1. Other failures (refused credentials, version,
-// malformed frames, invalid fds, ErrHandoffInProgress) are returned, as
-// *net.OpError with Op "handoff", and nothing received stays open.
+// once its hello was read (the lineage goes on), else 1. A predecessor that
+// hangs up before sending any socket is dialled again: New inherits from
+// whoever holds the handoff socket now (it passes from generation to
+// generation), and starts fresh only if the path refuses. Other failures
+// (refused credentials, version, malformed frames, invalid fds,
+// ErrHandoffInProgress, ErrNoAnswer) are returned, as *net.OpError with Op
+// "handoff", and nothing received stays open; New never starts fresh while
+// the path answers (see "One lineage" in the package doc).
 //
 // ctx bounds every wait of New: the connect and each read and write of the
 // protocol (Config.Timeout bounds each of them too); when ctx ends first the
@@ -129,21 +136,16 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	nc, ok, err := dial(dctx, cfg.Path)
+	fresh, err := u.connect(ctx, dctx)
 	if err != nil {
 		return nil, u.opError(err)
 	}
-	if ok {
-		err := u.inherit(ctx, nc)
-		if err == nil || !predecessorGone(err) {
-			if err != nil {
-				return nil, u.opError(err)
-			}
-			return u, nil
-		}
-		u.fback = err
+	if !fresh {
+		return u, nil
+	}
+	if u.fback != nil {
 		u.log.Warn("predecessor lost during handoff; keeping the sockets received, the rest will be fresh", zap.String("event", "handoff.fallback"),
-			zap.Error(err), zap.Int("kept", len(u.inh)), zap.Uint64("generation", u.gen))
+			zap.Error(u.fback), zap.Int("kept", len(u.inh)), zap.Uint64("generation", u.gen))
 	}
 	if u.act, err = systemd.Activated(); err != nil {
 		return nil, u.opError(err)
@@ -189,9 +191,12 @@ func (u *Upgrader) Close() error {
 		return nil
 	}
 	u.closed = true
-	srv, socks, inh, pred := u.srv, u.socks, u.inh, u.pred
-	u.socks, u.inh, u.pred = nil, nil, nil
+	srv, socks, inh, pred, hln := u.srv, u.socks, u.inh, u.pred, u.hln
+	u.socks, u.inh, u.pred, u.hln = nil, nil, nil, nil
 	u.mu.Unlock()
+	if hln != nil {
+		hln.Close() // our reference; the predecessor serves it
+	}
 	if srv != nil {
 		srv.close()
 	}

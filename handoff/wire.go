@@ -36,6 +36,9 @@ const (
 	typeReady = "ready"
 	typeDone  = "done"
 	typeError = "error"
+	// typeHandoff carries the predecessor's handoff listening socket itself
+	// (one fd, declared in Sockets), so that the handoff name stays bound.
+	typeHandoff = "handoff"
 )
 
 // Roles announced in hello.
@@ -74,7 +77,10 @@ type frame struct {
 	Generation uint64 `json:"generation,omitempty"`
 	LastError  string `json:"last_error,omitempty"`
 	Failures   uint64 `json:"failures,omitempty"`
-	// offer
+	// Handoff in a successor's hello: it takes the handoff socket itself;
+	// in a predecessor's: it sends it (a "handoff" frame after the fds).
+	Handoff bool `json:"handoff,omitempty"`
+	// offer; handoff: the one handoff socket
 	Sockets []socketInfo `json:"sockets,omitempty"`
 	// fds: First is the index in the offer of the first fd of this batch.
 	First int `json:"first,omitempty"`
@@ -296,6 +302,11 @@ func (f *frame) check() error {
 		if f.Received < 0 || f.Received > MaxSockets {
 			return fmt.Errorf("ack of %d", f.Received)
 		}
+	case typeHandoff:
+		if len(f.Sockets) != 1 || f.Sockets[0].Kind != kindUnix {
+			return fmt.Errorf("handoff frame declares %d sockets, want one unix listener", len(f.Sockets))
+		}
+		return f.Sockets[0].check()
 	case typeReady, typeDone:
 	case typeError:
 		if f.Code == "" {
