@@ -69,8 +69,10 @@ func readEvents(t *testing.T) map[string]documented {
 
 // notTriggered are the documented events this test cannot cause
 // (drain.unsure needs a process whose fds we cannot read; handoff.accept_error
-// an accept that fails, as in handoff's TestAcceptErrorRetried).
-var notTriggered = []string{"drain.unsure", "handoff.accept_error", "handoff.fallback", "handoff.listen.mismatch", "handoff.listen.options", "handoff.listen.systemd"}
+// an accept that fails, as in handoff's TestAcceptErrorRetried; handoff.no_answer
+// and handoff.redial a silent or hanging-up predecessor, as in handoff's
+// TestPredecessorNoAnswer and TestRacingSuccessors).
+var notTriggered = []string{"drain.unsure", "handoff.accept_error", "handoff.fallback", "handoff.no_answer", "handoff.redial", "handoff.listen.mismatch", "handoff.listen.options", "handoff.listen.systemd"}
 
 // Every step of a drain (listener and HTTP server) and of a handoff (both
 // sides, with an unclaimed socket and a refused peer) logs an event of the
