@@ -122,7 +122,9 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 		return err
 	}
 	f, _, err := c.recv(0)
-	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+	// conn.ctxErr has already wrapped ctx's error in a timeout that ctx's
+	// deadline caused (its timer may not have fired yet): that one is ours.
+	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 		err = &FrameError{Type: typeHello, Err: ErrNoAnswer, Detail: fmt.Sprintf("pid %d accepted no conversation within %v", cred.Pid, u.cfg.Timeout)}
 		u.log.Warn("predecessor does not answer; not starting a second lineage beside it", zap.String("event", "handoff.no_answer"), zap.Int32("peer_pid", cred.Pid), zap.Duration("timeout", u.cfg.Timeout))
 	}
