@@ -84,9 +84,10 @@
 //
 // Both ends read the peer's credentials (SO_PEERCRED): by default only a
 // process with our effective UID may fetch fds, or serve them; Config.AllowUIDs
-// widens that. A socket file is created mode 0600 under a temporary name and
-// renamed into place (so a successor always finds a live socket, never none),
-// and New refuses a directory that group or others may write to, or that
+// widens that. The first generation (or one whose predecessor sent no
+// handoff socket) creates the socket file mode 0600 under a temporary name and
+// renames it into place; later generations serve the socket they inherited, so
+// the file and its inode never change. New refuses a directory that group or others may write to, or that
 // belongs to another user, and an ancestor directory that group or others may
 // write to without the sticky bit (*InsecurePathError); the PID file's
 // directory is checked the same way, and its temporary file is created with
