@@ -152,6 +152,10 @@ func helperReport() {
 // sends READY=1 when NOTIFY_SOCKET is set. It exits on SIGTERM.
 func helperServe() {
 	ctx := context.Background()
+	// Before anything that lets the test send SIGTERM (the ready line, an
+	// answer): installed later, a SIGTERM that came first killed the helper.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
 	a, err := Activated()
 	if err != nil || a == nil {
 		fatal("serve: activated: %v (nil: %v)", err, a == nil)
@@ -172,8 +176,6 @@ func helperServe() {
 		fatal("serve: %v", err)
 	}
 	go answer(l, fmt.Sprintf("gen=%s inode=%d pid=%d\n", os.Getenv(envGen), ino, os.Getpid()))
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM)
 	<-sig
 }
 
