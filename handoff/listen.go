@@ -251,7 +251,7 @@ func listenUnix(path string) (*net.UnixListener, error) {
 	if errors.Is(err, syscall.EADDRINUSE) && !abstract(path) {
 		var st unix.Stat_t
 		if lerr := unix.Lstat(path, &st); lerr == nil && st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-			return nil, &PathError{Path: path, Why: "exists and is " + fileKind(st.Mode) + ", not a socket: not replacing it"}
+			return nil, &PathError{Path: path, Why: "exists and is a " + linux.FileType(st.Mode) + ", not a socket: not replacing it"}
 		}
 		if c, derr := net.Dial("unix", path); derr == nil {
 			c.Close()

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,24 +52,9 @@ func checkPath(path string) error {
 	case err != nil:
 		return &net.OpError{Op: "check", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: os.NewSyscallError("lstat", err)}
 	case st.Mode&unix.S_IFMT != unix.S_IFSOCK:
-		return bad("exists and is " + fileKind(st.Mode) + ", not a socket")
+		return bad("exists and is a " + linux.FileType(st.Mode) + ", not a socket")
 	}
 	return nil
-}
-
-// fileKind names the type bits of mode.
-func fileKind(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		return "a regular file"
-	case unix.S_IFDIR:
-		return "a directory"
-	case unix.S_IFLNK:
-		return "a symlink"
-	case unix.S_IFSOCK:
-		return "a socket"
-	}
-	return fmt.Sprintf("file type %#o", mode&unix.S_IFMT)
 }
 
 // checkDir refuses a file path (a handoff socket's, a PID file's) that
@@ -284,7 +270,7 @@ func preparePIDFile(path string) (tmp string, err error) {
 	var st unix.Stat_t
 	if unix.Lstat(tmp, &st) == nil {
 		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) {
-			return "", &PathError{Path: tmp, Why: "the PID file's temporary name exists and is " + fileKind(st.Mode) + " we did not leave: not following or replacing it"}
+			return "", &PathError{Path: tmp, Why: "the PID file's temporary name exists and is a " + linux.FileType(st.Mode) + " we did not leave: not following or replacing it"}
 		}
 		os.Remove(tmp)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,7 +36,7 @@ func (p *passed) check() error {
 		return fail(ErrFDMissing, os.NewSyscallError("fstat", err))
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return fail(ErrNotSocket, fmt.Errorf("file type %s", fileType(st.Mode)))
+		return fail(ErrNotSocket, fmt.Errorf("file type %s", linux.FileType(st.Mode)))
 	}
 	s, err := readSock(p.fd)
 	if err != nil {
@@ -67,24 +68,6 @@ func readSock(fd int) (sockInfo, error) {
 		return s, os.NewSyscallError("getsockname", err)
 	}
 	return s, nil
-}
-
-func fileType(m uint32) string {
-	switch m & unix.S_IFMT {
-	case unix.S_IFREG:
-		return "regular file"
-	case unix.S_IFDIR:
-		return "directory"
-	case unix.S_IFIFO:
-		return "pipe"
-	case unix.S_IFCHR:
-		return "character device"
-	case unix.S_IFBLK:
-		return "block device"
-	case unix.S_IFLNK:
-		return "symlink"
-	}
-	return fmt.Sprintf("mode %#o", m&unix.S_IFMT)
 }
 
 func closeFD(fd int) error {

@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 
@@ -41,4 +42,27 @@ func LinkUp(name string) error {
 		return os.NewSyscallError("ioctl SIOCSIFFLAGS", err)
 	}
 	return nil
+}
+
+// FileType names the file type bits of an st_mode ("regular file",
+// "directory", "socket", ...), for errors that say what was found instead of
+// what was expected.
+func FileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "regular file"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFIFO:
+		return "pipe"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFLNK:
+		return "symlink"
+	}
+	return fmt.Sprintf("mode %#o", mode&unix.S_IFMT)
 }
