@@ -62,13 +62,24 @@
 // socket received from a predecessor stops counting as shared once a complete
 // scan shows the predecessor no longer holds it.
 //
-// Otherwise the scan decides, and it must be complete: a process started
-// after us whose fds we cannot read (another UID, a non-dumpable process,
-// hidepid=1), a /proc that shows only a PID namespace or hides processes
-// (hidepid=2), a failed scan, or a scan that does not see us holding the
-// socket make the stop release the socket, say why in Report.Why, list the
-// PIDs in Report.Unreadable, and log drain.unsure. A process older than us
-// can hold our socket only if it was sent to it, which the marks cover.
+// Otherwise the scan decides, and it must be complete. A socket reaches
+// another process in two ways: sent over a unix socket, which handoff and
+// systemd mark and your own code must mark with Options.Shared, or inherited
+// at fork, down the process tree. So the processes that could hold our socket
+// unseen are those whose fds we cannot read (another UID, a non-dumpable
+// process, hidepid=1) that started no earlier than us and descend from our
+// parent (our children, our siblings, theirs; everything when our parent is
+// PID 1). Such a process, a /proc that shows only a PID namespace or hides
+// processes (hidepid=2), a failed scan, or a scan that does not see us
+// holding the socket make the stop careful: it accepts what is queued (which
+// loses nothing whoever else holds the socket), then releases the socket
+// instead of shutting it down, says why in Report.Why, lists the PIDs in
+// Report.Unreadable, and logs drain.unsure. If we were the last holder after
+// all, the close stops the socket with an empty queue, as MethodAccept would;
+// with reuseport siblings and tcp_migrate_req=1, what arrives in between is
+// migrated by close(), which has the handshake race shutdown() avoids (see
+// MethodMigrate), so such a stop can reset a connection that MethodMigrate
+// would not. Report.StillListening says which it was.
 //
 // # The report
 //

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/internal/shared"
+	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -303,4 +305,211 @@ func TestSharedLastHolder(t *testing.T) {
 			t.Errorf("clients %v, want 3 reset (the report's remainder)", tally)
 		}
 	})
+}
+
+func init() { netnstest.RegisterHelper("stopper", stopperMain) }
+
+// envStopHidepid: 1 makes the "stopper" helper mount /proc with hidepid=2 in
+// a mount namespace of its own (CLONE_NEWNS), then become nobody.
+const envStopHidepid = "ZD_STOP_HIDEPID"
+
+// stopperMain listens on a fresh socket without accepting, prints
+// "listening <addr> <pid>", waits for a line on stdin, stops the listener
+// (drain.Listener.Close), then answers "ok\n" to the line of every
+// connection Accept returns, and prints "report <method> <unsure events> <served>
+// <remainder> <why>".
+func stopperMain() {
+	if err := stopper(); err != nil {
+		fmt.Printf("error %v\n", strings.ReplaceAll(err.Error(), "\n", " "))
+		os.Exit(1)
+	}
+}
+
+func stopper() error {
+	if os.Getenv(envStopHidepid) != "" {
+		// In our own mount namespace: a /proc that hides other users'
+		// processes, then nobody's identity, without CAP_SYS_PTRACE.
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return fmt.Errorf("make / private: %w", err)
+		}
+		if err := unix.Mount("proc", "/proc", "proc", 0, "hidepid=2"); err != nil {
+			return fmt.Errorf("mount proc hidepid=2: %w", err)
+		}
+		if err := syscall.Setgid(65534); err != nil {
+			return err
+		}
+		if err := syscall.Setuid(65534); err != nil {
+			return err
+		}
+	}
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
+	ln, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	core, logs := observer.New(zap.WarnLevel)
+	dl, err := drain.Wrap(ln, drain.Options{Logger: zap.New(core)})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	fmt.Printf("listening %s %d\n", ln.Addr(), os.Getpid())
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		dl.Close()
+		return err
+	}
+	// No Accept runs during the stop, as when a server's accept loop is
+	// busy: only the drain can take the queue.
+	err = dl.Close()
+	served := 0
+	for {
+		c, err := dl.Accept()
+		if err != nil {
+			break
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := bufio.NewReader(c).ReadString('\n'); err == nil {
+			c.Write([]byte("ok\n"))
+			served++
+		}
+		c.Close()
+	}
+	r := dl.Report()
+	if r == nil {
+		return err
+	}
+	unsure := logs.FilterField(zap.String("event", "drain.unsure")).Len()
+	fmt.Printf("report %s %d %d %d %s\n", r.Method, unsure, served, r.Remainder, r.Why)
+	return err
+}
+
+// TestUnreadableStranger: a drain running as nobody, with connections
+// queued, while a process of another UID (its fds unreadable to us) that
+// started after us is running. As our sibling (both children of the test),
+// it could have inherited our socket: the stop must not shut the socket
+// down, and, finding it held by nobody else after all, must still serve
+// the queue (accept, then release). Outside our parent's tree (we run under
+// a shell, the process is the test's child) it can hold our socket only if
+// we sent it, which we did not: the scan is complete, and the stop accepts
+// and shuts down as usual. Under a /proc mounted with hidepid=2, no process
+// of another UID is even listed: the scan cannot be complete whatever the
+// tree. Every queued client is answered in each case.
+func TestUnreadableStranger(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		underShell bool
+		hidepid    bool
+		method     drain.Method
+		unsure     string
+	}{
+		{"sibling", false, false, drain.MethodRelease, "1"},
+		{"stranger", true, false, drain.MethodAccept, "0"},
+		{"stranger,hidepid", true, true, drain.MethodRelease, "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+				bin := netnstest.ExecutableCopy(t)
+				stdin, w, err := os.Pipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Close()
+				opts := netnstest.HelperOptions{Path: bin, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, Stdin: stdin}
+				if tc.hidepid {
+					opts.Credential = nil // the helper mounts /proc, then becomes nobody
+					opts.Env = []string{envStopHidepid + "=1"}
+				}
+				opts.Setup = func(cmd *exec.Cmd) {
+					if tc.hidepid {
+						cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNS
+					}
+					if tc.underShell {
+						// The shell forks the helper (the exit after it keeps
+						// it from exec'ing): the helper's parent is the shell.
+						cmd.Args = append([]string{"/bin/sh", "-c", `"$@"; exit $?`, "sh", cmd.Path}, cmd.Args[1:]...)
+						cmd.Path = "/bin/sh"
+					}
+				}
+				p := netnstest.StartHelper(t, "stopper", opts)
+				stdin.Close()
+				lines := netnstest.ReadLines(p.Stdout)
+				got := lines.Expect(t, "listening")
+				addr := got[1]
+				pid, err := strconv.Atoi(got[2])
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer syscall.Kill(pid, syscall.SIGKILL) // the stopper, by its PID (under the shell, not p's)
+				if ppid := parentOf(t, pid); (ppid == os.Getpid()) == tc.underShell {
+					t.Fatalf("the stopper's parent is %d (we are %d): the tree is not the case's", ppid, os.Getpid())
+				}
+
+				time.Sleep(30 * time.Millisecond) // a clock tick or more after the stopper started
+				x := exec.Command("sleep", "60")
+				x.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65533, Gid: 65533}}
+				if err := x.Start(); err != nil {
+					t.Fatal(err)
+				}
+				defer func() { x.Process.Kill(); x.Wait() }()
+
+				before := netnstest.Snapshot(t)
+				cs := netnstest.Queue(t, addr, 3, netnstest.ClientOptions{})
+				waitListenQueue(t, addr, 3)
+				w.Write([]byte("stop\n"))
+				rep := lines.Expect(t, "report")
+				tally := cs.Await(10 * time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := p.Wait(ctx); err != nil {
+					t.Errorf("stopper: %v", err)
+				}
+				d := before.Delta(t, "Tcp.OutRsts")
+				t.Logf("report %v; clients %v; counters %v", rep[1:], tally, d)
+				if rep[1] != string(tc.method) || rep[2] != tc.unsure || rep[3] != "3" || rep[4] != "0" {
+					t.Errorf("stop by %s, drain.unsure logged %s times, served %s, remainder %s; want %s, %s, 3, 0", rep[1], rep[2], rep[3], rep[4], tc.method, tc.unsure)
+				}
+				if why := strings.Join(rep[5:], " "); tc.hidepid && !strings.Contains(why, "hidepid=invisible") {
+					t.Errorf("why %q, want the hidepid mount named (mountinfo spells hidepid=2 \"invisible\")", why)
+				}
+				if tally[netnstest.Answered] != 3 || d["Tcp.OutRsts"] != 0 {
+					t.Errorf("clients %v, Tcp.OutRsts +%d; want 3 answered, +0", tally, d["Tcp.OutRsts"])
+				}
+			})
+		})
+	}
+}
+
+// parentOf reads pid's parent from /proc/PID/stat.
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ppid
+}
+
+// waitListenQueue waits (10 s at most) until the listener on addr, which the
+// test does not hold, has n connections queued, as sock_diag shows.
+func waitListenQueue(t *testing.T, addr string, n uint32) {
+	t.Helper()
+	ap := netip.MustParseAddrPort(addr)
+	for range 1000 {
+		ls, err := sockdiag.Listeners(ap.Port())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ls) == 1 && ls[0].Queue >= n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the listener on %s never had %d connections queued", addr, n)
 }

@@ -17,7 +17,9 @@ const (
 	// Options.Shared says so), other processes hold it, or the holder scan
 	// cannot prove that none does; we closed our fd and the socket keeps
 	// listening, queue included, in the other holders. StillListening says
-	// whether it did.
+	// whether it did. When only the scan's gaps chose it, we first accepted
+	// what was queued (Accepted), so a last holder's close found the queue
+	// empty.
 	MethodRelease Method = "release"
 	// MethodMigrate: siblings in the reuseport group and
 	// net.ipv4.tcp_migrate_req=1; shutdown(SHUT_RDWR) moved the queue to them.
@@ -52,9 +54,11 @@ type Report struct {
 	MigrateFailed int `json:"migrate_failed"` // TcpExt.TCPMigrateReqFailure delta
 	Accepted      int `json:"accepted"`       // accepted by this process during the stop
 	LeftQueued    int `json:"left_queued"`    // left to the other holders (MethodRelease, the socket still listening or unknown)
-	QueueAtClose  int `json:"queue_at_close"` // queue length read right before close (MethodAccept)
+	QueueAtClose  int `json:"queue_at_close"` // queue length read right before close (MethodAccept, MethodRelease)
 	// Remainder is the queued connections not accounted for above: the kernel
-	// may have reset them. With MethodAccept it is QueueAtClose.
+	// may have reset them. With MethodAccept it is QueueAtClose; with
+	// MethodRelease, what was queued at our close of a socket that then
+	// stopped listening, less what it migrated.
 	Remainder int `json:"remainder"`
 	OutRsts   int `json:"out_rsts"` // Tcp.OutRsts delta during the stop
 
@@ -96,7 +100,7 @@ func (r *Report) finish() {
 	case MethodMigrate:
 		r.Remainder = max(0, r.QueuedAtStop-r.Migrated-r.Accepted)
 	default: // MethodRelease: nothing lost unless the socket stopped with our close
-		r.Remainder = max(0, r.QueuedAtStop-r.LeftQueued-r.Migrated)
+		r.Remainder = max(0, r.QueueAtClose-r.LeftQueued-r.Migrated)
 	}
 	r.Took = time.Since(r.Started)
 }

@@ -81,8 +81,12 @@ func (l *Listener) run(ctx context.Context) (*Report, error) {
 		if unsure != "" && r.Shared == "" && len(r.OtherHolders) == 0 {
 			l.opts.Logger.Warn("holder scan incomplete; releasing the socket instead of shutting it down", zap.String("event", "drain.unsure"),
 				zap.String("addr", r.Addr), zap.String("why", unsure), zap.Ints("unreadable", r.Unreadable))
+			// Nothing says another process serves on it: take what is
+			// queued first, which loses nothing if one does, so that a
+			// last holder's close finds the queue empty.
+			err = l.acceptQueued(ctx, r)
 		}
-		err = l.release(r, id)
+		err = errors.Join(err, l.release(r, id))
 	case MethodMigrate:
 		err = l.migrate(r)
 	default:
@@ -111,7 +115,7 @@ func choose(r *Report, unsure string) (Method, string) {
 	case len(r.OtherHolders) > 0:
 		return MethodRelease, fmt.Sprintf("processes %v hold the same socket: it keeps listening", r.OtherHolders)
 	case unsure != "":
-		return MethodRelease, "released, not shut down, as another process may serve on it: " + unsure
+		return MethodRelease, "accepted what was queued, then released, not shut down, as another process may serve on it: " + unsure
 	}
 	m, why := MethodAccept, acceptWhy(r)
 	if r.Siblings > 0 && r.Migration {
@@ -219,17 +223,18 @@ func (l *Listener) look(ctx context.Context, r *Report, id identity) (unsure str
 			}
 		}
 	}
-	// A process older than us holds our socket only if it was sent to it,
-	// which handoff marks (Options.Shared otherwise).
-	unreadable, err := sockdiag.Younger(g.Unreadable, self)
+	// Only a younger process of our parent's tree can have inherited our
+	// socket; any other holder was sent it, which handoff and systemd mark
+	// (Options.Shared otherwise).
+	unreadable, err := sockdiag.Suspects(g.Unreadable, self)
 	if err != nil {
-		return "cannot tell which unreadable processes started after us: " + err.Error()
+		return "cannot tell which unreadable processes could have inherited the socket: " + err.Error()
 	}
 	r.Unreadable = unreadable
 	hidden, err := sockdiag.Hidden()
 	switch {
 	case len(unreadable) > 0:
-		return fmt.Sprintf("the holder scan could not read the fds of %d processes started after us (%s)", len(unreadable), shortPIDs(unreadable))
+		return fmt.Sprintf("the holder scan could not read the fds of %d processes of our parent's tree started after us (%s)", len(unreadable), shortPIDs(unreadable))
 	case err != nil:
 		return "cannot tell whether /proc shows every process: " + err.Error()
 	case hidden != "":
@@ -254,10 +259,14 @@ func shortPIDs(pids []int) string {
 // report counts those connections as the remainder, not as left queued.
 func (l *Listener) release(r *Report, id identity) error {
 	port := uint16(l.tl.Addr().(*net.TCPAddr).Port)
+	r.QueueAtClose = r.QueuedAtStop
+	if q, err := reuseport.ReadQueue(l.tl); err == nil {
+		r.QueueAtClose = int(q.Len)
+	}
 	before, cerr := reuseport.ReadCounters()
 	err := closeListener(l.tl)
 	after, cerr2 := reuseport.ReadCounters()
-	r.LeftQueued = r.QueuedAtStop
+	r.LeftQueued = r.QueueAtClose
 	ls, lerr := sockdiag.Listeners(port)
 	if lerr != nil || id.ino == 0 {
 		r.Errors = append(r.Errors, "after release, cannot tell whether the socket still listens: "+errors.Join(lerr, id.err).Error())
@@ -309,9 +318,25 @@ func shutdown(tl *net.TCPListener) error {
 }
 
 // acceptUntilEmpty accepts until the queue is empty, re-reading its depth
-// right before the close, and hands every connection to Accept.
+// right before the shutdown and close, and hands every connection to Accept.
 func (l *Listener) acceptUntilEmpty(ctx context.Context, r *Report) error {
 	before, cerr := reuseport.ReadCounters()
+	err := l.acceptQueued(ctx, r)
+	if q, qerr := reuseport.ReadQueue(l.tl); qerr == nil {
+		r.QueueAtClose = int(q.Len)
+	}
+	err = errors.Join(err, shutdown(l.tl), closeListener(l.tl))
+	if after, cerr2 := reuseport.ReadCounters(); cerr == nil && cerr2 == nil {
+		d := after.Sub(before)
+		r.MigrateFailed, r.OutRsts = int(d.MigrateReqFailure), int(d.OutRsts)
+	}
+	return err
+}
+
+// acceptQueued accepts until the queue is empty (read again after the last
+// EAGAIN), within maxDrainAccepts and ctx, and hands every connection to
+// Accept.
+func (l *Listener) acceptQueued(ctx context.Context, r *Report) error {
 	var err error
 	for i := 0; ; i++ {
 		// Accepting what is queued costs no waiting, so an expired ctx
@@ -345,14 +370,6 @@ func (l *Listener) acceptUntilEmpty(ctx context.Context, r *Report) error {
 			r.Errors = append(r.Errors, fmt.Sprintf("accept-until-empty stopped after %d accepts with %d queued: %v", i, q.Len, ctx.Err()))
 			break
 		}
-	}
-	if q, qerr := reuseport.ReadQueue(l.tl); qerr == nil {
-		r.QueueAtClose = int(q.Len)
-	}
-	err = errors.Join(err, shutdown(l.tl), closeListener(l.tl))
-	if after, cerr2 := reuseport.ReadCounters(); cerr == nil && cerr2 == nil {
-		d := after.Sub(before)
-		r.MigrateFailed, r.OutRsts = int(d.MigrateReqFailure), int(d.OutRsts)
 	}
 	return err
 }

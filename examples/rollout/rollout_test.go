@@ -55,7 +55,7 @@ func TestRollout(t *testing.T) {
 			for _, s := range o.Stops {
 				t.Logf("  stop of %d: %s, took %.0f ms, restart took %.0f ms", s.PID, s.Method, s.TookMS, s.RollMS)
 			}
-			checkOutcome(t, o, 4, false)
+			checkOutcome(t, o, 4)
 		}
 		if c := byName["close"]; c.Failed == 0 {
 			t.Errorf("close: 0 failed requests in %d restarts: the harness cannot see a loss", c.Restarts)
@@ -65,12 +65,7 @@ func TestRollout(t *testing.T) {
 
 // checkOutcome checks what every strategy must show, and the zero loss of
 // the lossless ones.
-//
-// unsure: the drain runs in a user namespace, whose view of /proc cannot read
-// the machine's other processes; a migrate-strategy stop may then release
-// (close without shutdown, which still migrates with tcp_migrate_req=1)
-// because the holder scan cannot prove it is the last holder.
-func checkOutcome(t *testing.T, o outcome, restarts int, unsure bool) {
+func checkOutcome(t *testing.T, o outcome, restarts int) {
 	t.Helper()
 	if len(o.Errors) > 0 {
 		t.Errorf("%s: errors %v", o.Name, o.Errors)
@@ -98,12 +93,8 @@ func checkOutcome(t *testing.T, o outcome, restarts int, unsure bool) {
 		t.Errorf("%s: %d drain reports for %d restarts", o.Name, o.Drains.Reports, o.Restarts)
 	}
 	for _, s := range o.Stops {
-		method := want
-		if unsure && o.Name == "migrate" && s.Method == "release" {
-			method = "release"
-		}
-		if s.Method != method || len(s.Errors) > 0 || s.Steered != (o.Name == "ebpf") {
-			t.Errorf("%s: stop of pid %d by %q (steered %v) with errors %v, want %q without", o.Name, s.PID, s.Method, s.Steered, s.Errors, want)
+		if s.Method != want || len(s.Errors) > 0 || s.Steered != (o.Name == "ebpf") {
+			t.Errorf("%s: stop of pid %d by %q (%s; steered %v) with errors %v, want %q without", o.Name, s.PID, s.Method, s.Why, s.Steered, s.Errors, want)
 		}
 	}
 }
@@ -152,7 +143,7 @@ func TestCommandUnprivileged(t *testing.T) {
 		out := runCommand(t, &runOpts{path: exe, cred: nobody}, "--json", "--duration", "2s", "--restarts", "1", "--timeout", "10s", "--strategies", "migrate,handoff")
 		byName := decodeStrategies(t, out)
 		for _, n := range []string{"migrate", "handoff"} {
-			checkOutcome(t, byName[n], 1, true)
+			checkOutcome(t, byName[n], 1)
 		}
 	})
 }

@@ -190,7 +190,7 @@ func serveDrained(ds *drain.Server, ln net.Listener, ready func() error, stop <-
 	}
 	if r != nil {
 		rep.Drained = true
-		rep.Method, rep.Steered = string(r.Method), r.Steered
+		rep.Method, rep.Why, rep.Steered = string(r.Method), r.Why, r.Steered
 		rep.Queued, rep.Migrated, rep.Accepted, rep.Remainder = r.QueuedAtStop, r.Migrated, r.Accepted, r.Remainder
 		rep.Errors = append(rep.Errors, r.Errors...)
 		if r.HTTP != nil {

@@ -61,6 +61,7 @@ type workerReport struct {
 	Generation int      `json:"generation"`
 	Drained    bool     `json:"drained"` // a drain report exists
 	Method     string   `json:"method"`
+	Why        string   `json:"why,omitempty"`     // the drain report's reason for the method
 	Steered    bool     `json:"steered,omitempty"` // marked Draining in the eBPF program first
 	Queued     int      `json:"queued_at_stop"`
 	Migrated   int      `json:"migrated"`

@@ -85,55 +85,111 @@ func hasPtrace() (bool, error) {
 	return false, fmt.Errorf("sockdiag: status: no CapEff line")
 }
 
-// Younger returns the PIDs among pids whose processes started no earlier than
-// self's (ties count), in order; those whose start cannot be read are kept.
-// Only such a process can hold a socket created or inherited by self without
-// self sending it over a unix socket. A process gone meanwhile is dropped.
-func Younger(pids []int, self int) ([]int, error) {
-	mine, err := startTime(self)
+// maxTreeDepth bounds the walk up the process tree from one PID.
+const maxTreeDepth = 4096
+
+// Suspects returns, in order, the PIDs among pids (processes whose fds self
+// could not read) that may hold a socket self created or inherited without
+// self having sent it to them over a unix socket. A socket reaches another
+// process either that way, which the sender must mark, or by inheritance at
+// fork, down the process tree; so a suspect is a process that started no
+// earlier than self (ties count) and descends from self's parent: self's
+// descendants, its siblings and theirs. When self's parent is PID 1 (or /proc
+// shows no parent), every younger process descends from it. A process whose
+// start or ancestry cannot be read is kept; one gone meanwhile is dropped.
+func Suspects(pids []int, self int) ([]int, error) {
+	me, err := readStat(self)
 	if err != nil {
 		return nil, err
 	}
+	parent := me.ppid
+	var pstart uint64
+	if parent > 1 {
+		p, err := readStat(parent)
+		if err != nil && !gone(err) {
+			return nil, err
+		}
+		if gone(err) { // reparented meanwhile: to PID 1 or a subreaper
+			parent = 1
+		}
+		pstart = p.start
+	}
 	var out []int
 	for _, pid := range pids {
-		t, err := startTime(pid)
+		st, err := readStat(pid)
 		if gone(err) {
 			continue
 		}
-		if err != nil || t >= mine {
+		if err != nil || (st.start >= me.start && descends(pid, st, parent, pstart)) {
 			out = append(out, pid)
 		}
 	}
 	return out, nil
 }
 
-// startTime reads field 22 of /proc/PID/stat: clock ticks after boot.
-func startTime(pid int) (uint64, error) {
+// descends reports whether pid, whose stat is st, descends from parent
+// (itself excluded), or may: a break in the chain counts as yes. No
+// descendant started before its ancestor, which ends most walks early.
+func descends(pid int, st stat, parent int, pstart uint64) bool {
+	if parent <= 1 {
+		return true
+	}
+	for range maxTreeDepth {
+		if st.ppid == parent {
+			return true
+		}
+		if st.ppid <= 1 || st.start < pstart {
+			return false
+		}
+		pid = st.ppid
+		var err error
+		if st, err = readStat(pid); err != nil {
+			return true // an ancestor we cannot read, or gone with its child not yet reparented
+		}
+	}
+	return true
+}
+
+// stat is what Suspects reads of /proc/PID/stat.
+type stat struct {
+	ppid  int    // field 4
+	start uint64 // field 22: clock ticks after boot
+}
+
+// readStat reads the parent and start time of pid.
+func readStat(pid int) (stat, error) {
 	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, err
+		return stat{}, err
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return stat{}, fmt.Errorf("sockdiag: %s/%d/stat: no command name", procRoot, pid)
+	}
 	fields := strings.Fields(s[i+1:]) // from field 3, state
-	if i < 0 || len(fields) < 20 {
-		return 0, fmt.Errorf("sockdiag: %s/%d/stat: too short", procRoot, pid)
+	if len(fields) < 20 {
+		return stat{}, fmt.Errorf("sockdiag: %s/%d/stat: too short", procRoot, pid)
+	}
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil {
+		return stat{}, fmt.Errorf("sockdiag: %s/%d/stat: ppid: %w", procRoot, pid, err)
 	}
 	t, err := strconv.ParseUint(fields[19], 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("sockdiag: %s/%d/stat: starttime: %w", procRoot, pid, err)
+		return stat{}, fmt.Errorf("sockdiag: %s/%d/stat: starttime: %w", procRoot, pid, err)
 	}
-	return t, nil
+	return stat{ppid: ppid, start: t}, nil
 }
 
 // pidScope says why /proc shows only one PID namespace, or "". It reads the
 // namespace of /proc's PID 1; when that is not allowed (another user namespace
-// owns PID 1), ours: if it is not the initial one and /proc numbers us as our
+// owns PID 1) or PID 1 is not shown (hidepid=2, which Hidden reports), ours: if it is not the initial one and /proc numbers us as our
 // own namespace does (NSpid has one entry), /proc is our namespace's. A /proc
 // of an ancestor namespace (NSpid longer) shows all of ours.
 func pidScope() (string, error) {
 	link, err := os.Readlink(procRoot + "/1/ns/pid")
-	if errors.Is(err, fs.ErrPermission) {
+	if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
 		if link, err = os.Readlink(procRoot + "/self/ns/pid"); err == nil && link != initPIDNS {
 			var n int
 			if n, err = nsPIDs(); err == nil && n > 1 {

@@ -37,8 +37,8 @@ func Hidden() (string, error) {
 	return "", fmt.Errorf("sockdiag: hidden: %w", errors.ErrUnsupported)
 }
 
-// Younger needs Linux's /proc; on this system it returns an error wrapping
+// Suspects needs Linux's /proc; on this system it returns an error wrapping
 // errors.ErrUnsupported.
-func Younger(pids []int, self int) ([]int, error) {
-	return nil, fmt.Errorf("sockdiag: younger: %w", errors.ErrUnsupported)
+func Suspects(pids []int, self int) ([]int, error) {
+	return nil, fmt.Errorf("sockdiag: suspects: %w", errors.ErrUnsupported)
 }
