@@ -7,7 +7,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/zerodrop/zerodrop/internal/shared"
 	"go.uber.org/zap"
 )
@@ -45,7 +44,7 @@ func FromEnv() *Notifier {
 // should name the generation (for example "generation 3 serving :8080") so
 // that "systemctl status" shows which generation systemd believes in.
 func (n *Notifier) Ready(status string) error {
-	return n.Notify(withStatus(status, daemon.SdNotifyReady)...)
+	return n.Notify(withStatus(status, "READY=1")...)
 }
 
 // Reloading sends RELOADING=1 with MONOTONIC_USEC (CLOCK_MONOTONIC now, in µs,
@@ -56,7 +55,7 @@ func (n *Notifier) Reloading(status string) error {
 	if err != nil {
 		return &NotifyError{Op: "notify", Socket: n.socket(), Err: err}
 	}
-	return n.Notify(withStatus(status, daemon.SdNotifyReloading, "MONOTONIC_USEC="+strconv.FormatInt(us, 10))...)
+	return n.Notify(withStatus(status, "RELOADING=1", "MONOTONIC_USEC="+strconv.FormatInt(us, 10))...)
 }
 
 // MainPID sends MAINPID=pid: pid (the successor) is now the service's main
@@ -73,7 +72,7 @@ func (n *Notifier) MainPID(pid int) error {
 
 // Stopping sends STOPPING=1 with STATUS=status: draining has started.
 func (n *Notifier) Stopping(status string) error {
-	return n.Notify(withStatus(status, daemon.SdNotifyStopping)...)
+	return n.Notify(withStatus(status, "STOPPING=1")...)
 }
 
 // Status sends STATUS=status alone.

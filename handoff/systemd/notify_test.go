@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -163,6 +164,11 @@ func TestWatchdog(t *testing.T) {
 		t.Setenv("WATCHDOG_USEC", "soon")
 		if _, err := n.StartWatchdog(ctx); !errors.Is(err, ErrNotify) {
 			t.Fatalf("malformed WATCHDOG_USEC: %v, want ErrNotify", err)
+		}
+		t.Setenv("WATCHDOG_USEC", "200000")
+		t.Setenv("WATCHDOG_PID", "me")
+		if _, err := n.StartWatchdog(ctx); !errors.Is(err, ErrNotify) || !strings.Contains(err.Error(), "WATCHDOG_PID=me") {
+			t.Fatalf("malformed WATCHDOG_PID: %v, want ErrNotify naming it", err)
 		}
 
 		t.Setenv("WATCHDOG_USEC", "200000")

@@ -2,13 +2,13 @@ package systemd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
 	"go.uber.org/zap"
 )
 
@@ -27,7 +27,7 @@ type Watchdog struct {
 }
 
 // StartWatchdog starts pinging when WATCHDOG_USEC is set and WATCHDOG_PID is
-// unset or names this process (go-systemd's SdWatchdogEnabled reads them); it
+// unset or names this process (as sd_watchdog_enabled(3) reads them); it
 // returns nil, nil when systemd asked for no pings, or a nil Notifier. A
 // malformed WATCHDOG_USEC or WATCHDOG_PID is an error. The variables stay set
 // for children: after MAINPID= hands the service to a successor, the successor
@@ -36,12 +36,18 @@ func (n *Notifier) StartWatchdog(ctx context.Context) (*Watchdog, error) {
 	if n == nil {
 		return nil, nil
 	}
-	iv, err := daemon.SdWatchdogEnabled(false)
-	if err != nil {
-		return nil, &NotifyError{Op: "watchdog", Socket: n.Socket, Err: err}
+	iv, err := WatchdogInterval()
+	if err != nil || iv == 0 {
+		return nil, err
 	}
-	if iv == 0 {
-		return nil, nil
+	if s := os.Getenv("WATCHDOG_PID"); s != "" {
+		pid, err := strconv.Atoi(s)
+		if err != nil || pid <= 0 {
+			return nil, &NotifyError{Op: "watchdog", Socket: n.Socket, State: "WATCHDOG_PID=" + s, Err: errors.New("want a positive process ID")}
+		}
+		if pid != os.Getpid() {
+			return nil, nil // the pings are another process's to send
+		}
 	}
 	return n.Pinger(ctx, iv), nil
 }
@@ -90,7 +96,7 @@ func (w *Watchdog) run(ctx context.Context, n *Notifier) {
 }
 
 func (w *Watchdog) ping(n *Notifier) {
-	err := n.Notify(daemon.SdNotifyWatchdog)
+	err := n.Notify("WATCHDOG=1")
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.pings++
