@@ -21,6 +21,8 @@ go 1.24.0
 require (
 	github.com/cloudflare/tableflip v1.2.3
 	github.com/zerodrop/zerodrop v0.0.0
+	github.com/zerodrop/zerodrop/internal/load v0.0.0-00010101000000-000000000000
+	github.com/zerodrop/zerodrop/reuseport/steer v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.40.0
 	gonum.org/v1/plot v0.17.0
@@ -43,3 +45,9 @@ require (
 
 // The harness drives the library's strategies from this tree, not a release.
 replace github.com/zerodrop/zerodrop => ../
+
+replace (
+	github.com/zerodrop/zerodrop/internal/load => ../internal/load
+	github.com/zerodrop/zerodrop/reuseport/steer => ../reuseport/steer
+	github.com/zerodrop/zerodrop/stats/promstats => ../stats/promstats
+)

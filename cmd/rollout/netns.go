@@ -89,7 +89,7 @@ func namespaceHelp(err error) string {
 	return msg + `rollout changes net.ipv4.tcp_migrate_req and opens servers, so it runs in a network
 namespace of its own and leaves this machine's settings alone. Without root it needs an
 unprivileged user namespace, which this system refuses. Either run it as root:
-    sudo env "PATH=$PATH" go run ./examples/rollout
+    sudo env "PATH=$PATH" go run ./cmd/rollout
 or allow user namespaces (user.max_user_namespaces > 0; on Ubuntu 24.04 and later also
 kernel.apparmor_restrict_unprivileged_userns=0).`
 }

@@ -11,7 +11,7 @@ import (
 // strategy lost a request. (Runs the command, which needs root or user
 // namespaces and about 40 s: compile-only.)
 func Example() {
-	out, err := exec.Command("go", "run", "./examples/rollout", "--json").Output()
+	out, err := exec.Command("go", "run", "./cmd/rollout", "--json").Output()
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -87,7 +87,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON object instead of the table")
 	fs.BoolVar(&cfg.Metrics, "metrics", false, "after each strategy, scrape one server's /metrics and print its zerodrop_ samples (in --json: metrics)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: go run ./examples/rollout [flags]\n\n%s\n\nflags:\n", usageText)
+		fmt.Fprintf(stderr, "usage: go run ./cmd/rollout [flags]\n\n%s\n\nflags:\n", usageText)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -1,10 +1,10 @@
 // Command rollout shows, on your own kernel, what restarting a Go HTTP server
 // under load costs with each way of doing it, side by side:
 //
-//	go run ./examples/rollout                 # as root, or with user namespaces
-//	go run ./examples/rollout --json          # one JSON object
-//	go run ./examples/rollout --metrics       # and each strategy's zerodrop_ metrics
-//	go run ./examples/rollout --duration 20s --concurrency 256 --restarts 27
+//	go run ./cmd/rollout                 # as root, or with user namespaces
+//	go run ./cmd/rollout --json          # one JSON object
+//	go run ./cmd/rollout --metrics       # and each strategy's zerodrop_ metrics
+//	go run ./cmd/rollout --duration 20s --concurrency 256 --restarts 27
 //
 // # What it does
 //

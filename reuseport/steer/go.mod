@@ -1,0 +1,18 @@
+module github.com/zerodrop/zerodrop/reuseport/steer
+
+go 1.24.0
+
+require (
+	github.com/cilium/ebpf v0.20.0
+	github.com/zerodrop/zerodrop v0.0.0
+	go.uber.org/zap v1.28.0
+	golang.org/x/sys v0.40.0
+)
+
+require (
+	go.uber.org/goleak v1.3.0 // indirect
+	go.uber.org/multierr v1.10.0 // indirect
+)
+
+// Built against this tree, not a release.
+replace github.com/zerodrop/zerodrop => ../..
