@@ -1,0 +1,30 @@
+// Package zerodrop serves an HTTP server as one generation of a service that
+// restarts, upgrades and reloads without losing a connection or a request,
+// on Linux. It composes the packages below it, which remain usable on their
+// own:
+//
+//   - reuseport creates listening sockets with one explicit option set;
+//   - handoff passes them from a running process to its successor (and
+//     handoff/systemd takes them from systemd socket activation);
+//   - drain stops a listener without losing its accept queue, and drains an
+//     http.Server without losing a request.
+//
+// Serve does what every example in this repository used to wire by hand:
+//
+//	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+//	rep, err := zerodrop.Serve(ctx, srv, []string{":8080"}, zerodrop.Options{
+//		Handoff: "/run/app/handoff.sock", // a successor takes the sockets over
+//	})
+//
+// Started again with the same Handoff (by SIGHUP, which starts this same
+// executable by default, by a deploy tool with handoff.Upgrade, or by
+// systemd's ExecReload=), the new process inherits the listening sockets,
+// serves them, and the old one drains: no connection is refused, reset or
+// left unanswered. Without Handoff, or when no predecessor answers, the
+// listeners come from systemd socket activation when systemd passed them
+// (LISTEN_FDS), else they are fresh. Under systemd (NOTIFY_SOCKET), Serve
+// sends READY=1, MAINPID= after a reload, STOPPING=1 at a stop, and the
+// watchdog pings systemd asks for.
+//
+// The module is Linux-only.
+package zerodrop

@@ -1,0 +1,14 @@
+package zerodrop_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+)
+
+func TestMain(m *testing.M) {
+	netnstest.RegisterHelper("generation", generationMain)
+	netnstest.HelperMain()
+	os.Exit(m.Run())
+}

@@ -1,0 +1,399 @@
+package zerodrop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/handoff"
+	"github.com/zerodrop/zerodrop/handoff/systemd"
+	"github.com/zerodrop/zerodrop/reuseport"
+	"go.uber.org/zap"
+)
+
+// Options configures Serve. The zero value serves fresh (or socket-activated)
+// listeners without a handoff, and stops on SIGTERM or SIGINT.
+type Options struct {
+	// Handoff is the handoff socket (package handoff): a path in a directory
+	// nobody else can write, or "@name" in the abstract namespace. When set,
+	// a process started with the same Handoff inherits our listeners and we
+	// drain once it is ready; empty means no handoff.
+	Handoff string
+	// PIDFile, with Handoff, is replaced with the serving generation's pid
+	// (handoff.Config.PIDFile).
+	PIDFile string
+	// AllowUIDs widens who may take our listeners over (handoff.Config).
+	AllowUIDs []uint32
+	// Listen creates fresh sockets, and is what inherited and activated ones
+	// are checked against. With Handoff set and Listen.Migration left at its
+	// zero value, the tcp_migrate_req check is off: a handoff needs no
+	// migration (a reuseport pool that rolls by stopping members should set
+	// its own policy).
+	Listen reuseport.Config
+	// UpgradeSignals start a successor (Successor) when Handoff is set;
+	// default SIGHUP. Signals stop this generation; default SIGTERM and
+	// SIGINT.
+	UpgradeSignals, Signals []os.Signal
+	// Successor returns the command that starts the next generation; default:
+	// this executable with our arguments, environment, stdout and stderr.
+	// It must not be started yet.
+	Successor func() *exec.Cmd
+	// ReadyPath, if set, answers readiness on that path of every listener
+	// (drain.Server.Ready: 200 while serving, 503 once the stop began)
+	// before srv's handler sees the request.
+	ReadyPath string
+	// Delay keeps serving, with readiness failing, this long after a
+	// signal or ctx stops us, so that load balancers notice (drain.Server.Delay).
+	// A stop because a successor took over has no delay: it serves the same
+	// sockets.
+	Delay time.Duration
+	// Grace bounds the drain; default 30 s.
+	Grace time.Duration
+	// Logger receives what Serve does, and is given to handoff and drain; nil
+	// means no logging.
+	Logger *zap.Logger
+	// OnServing, if set, is called once every listener is served and the
+	// predecessor (if any) and systemd (if it runs us) were told we are ready.
+	OnServing func(generation uint64, addrs []net.Addr)
+}
+
+// Report says how a generation ended.
+type Report struct {
+	Generation uint64          `json:"generation"`
+	Cause      string          `json:"cause"`  // "successor ready", a signal's name, or the ctx's error
+	Drains     []*drain.Report `json:"drains"` // one per address, in order
+}
+
+// ErrNoAddress is returned by Serve when it is given no address.
+var ErrNoAddress = errors.New("zerodrop: no address to serve")
+
+// Serve runs srv as one generation of a service on the TCP addresses given:
+// it takes each listener from the predecessor on Options.Handoff, else from
+// systemd socket activation, else creates a fresh reuseport socket; serves
+// them (each through a drain.Server); tells the predecessor and systemd it is
+// ready; and then waits. On an upgrade signal it starts a successor. It stops
+// when the successor is ready, on a stop signal or when ctx ends, drains
+// every listener without losing a connection or a request, and returns the
+// report. A listener is named by its address as given, so a successor must be
+// given the same addresses.
+//
+// srv serves the first address; each further one is served by a copy of
+// srv's exported fields (its RegisterOnShutdown functions run for the first
+// only). Serve sets srv's hooks (see drain.Server): do not change them
+// while it runs, and do not call srv.Shutdown or srv.Close; end ctx instead.
+func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) (*Report, error) {
+	switch {
+	case srv == nil:
+		return nil, drain.ErrNoHTTPServer
+	case len(addrs) == 0:
+		return nil, ErrNoAddress
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, orDefault(opts.Signals, syscall.SIGTERM, syscall.SIGINT)...)
+	defer signal.Stop(stop)
+
+	g, err := open(ctx, addrs, opts, log)
+	if err != nil {
+		return nil, err
+	}
+	defer g.close()
+	rep := &Report{Generation: g.generation()}
+	servers, served := g.serve(srv, opts, log)
+	shutdown := func(cause string, delay time.Duration) (*Report, error) {
+		rep.Cause = cause
+		log.Info("stopping", zap.String("event", "zerodrop.stop"), zap.Uint64("generation", rep.Generation), zap.String("cause", cause))
+		if n := systemd.FromEnv(); n != nil && cause != causeSuccessor {
+			n.Stopping(fmt.Sprintf("generation %d stopping: %s", rep.Generation, cause))
+		}
+		var err error
+		rep.Drains, err = drainAll(servers, served, delay, orDefaultDuration(opts.Grace, 30*time.Second))
+		return rep, err
+	}
+
+	if err := g.ready(rep.Generation, addrs, log); err != nil {
+		_, serr := shutdown("ready failed", 0)
+		return rep, errors.Join(err, serr)
+	}
+	if opts.OnServing != nil {
+		ls := make([]net.Addr, len(g.lns))
+		for i, l := range g.lns {
+			ls[i] = l.Addr()
+		}
+		opts.OnServing(rep.Generation, ls)
+	}
+
+	var upgrade chan os.Signal
+	if g.u != nil {
+		upgrade = make(chan os.Signal, 1)
+		signal.Notify(upgrade, orDefault(opts.UpgradeSignals, syscall.SIGHUP)...)
+		defer signal.Stop(upgrade)
+	}
+	for {
+		select {
+		case <-upgrade:
+			if err := startSuccessor(opts.Successor, log); err != nil {
+				log.Warn("successor not started", zap.String("event", "zerodrop.successor_failed"), zap.Error(err))
+			}
+		case <-g.exit():
+			return shutdown(causeSuccessor, 0)
+		case sig := <-stop:
+			return shutdown(sig.String(), opts.Delay)
+		case <-ctx.Done():
+			return shutdown(ctx.Err().Error(), opts.Delay)
+		case err := <-served.first:
+			_, serr := shutdown("serve failed", 0)
+			return rep, errors.Join(fmt.Errorf("zerodrop: serve: %w", err), serr)
+		}
+	}
+}
+
+const causeSuccessor = "successor ready"
+
+// generationSet is the listeners of one process and where they came from.
+type generationSet struct {
+	u   *handoff.Upgrader // nil without Handoff
+	act *systemd.Activation
+	lns []net.Listener
+	wd  *systemd.Watchdog
+}
+
+func (g *generationSet) generation() uint64 {
+	if g.u == nil {
+		return 1
+	}
+	return g.u.Generation()
+}
+
+func (g *generationSet) exit() <-chan struct{} {
+	if g.u == nil {
+		return nil
+	}
+	return g.u.Exit()
+}
+
+// open gets every listener, or none: on error the ones already had are closed.
+func open(ctx context.Context, addrs []string, opts Options, log *zap.Logger) (g *generationSet, err error) {
+	g = &generationSet{}
+	defer func() {
+		if err != nil {
+			for _, l := range g.lns {
+				l.Close()
+			}
+			g.close()
+			g = nil
+		}
+	}()
+	cfg := opts.Listen
+	if cfg.Logger == nil {
+		cfg.Logger = opts.Logger
+	}
+	if opts.Handoff != "" {
+		if cfg.Migration == reuseport.MigrationWarn {
+			cfg.Migration = reuseport.MigrationIgnore
+		}
+		g.u, err = handoff.New(ctx, handoff.Config{Path: opts.Handoff, PIDFile: opts.PIDFile, AllowUIDs: opts.AllowUIDs, Listen: cfg, Logger: opts.Logger})
+		if err != nil {
+			return g, err
+		}
+	} else if g.act, err = systemd.Activated(); err != nil {
+		return g, err
+	}
+	for _, a := range addrs {
+		var l net.Listener
+		switch {
+		case g.u != nil:
+			l, err = g.u.Listen(ctx, a, "tcp", a)
+		default:
+			l, err = g.act.Listener(ctx, a, "tcp", a, &cfg)
+			if errors.Is(err, systemd.ErrNotFound) || (err == nil && l == nil) {
+				l, err = cfg.Listen(ctx, "tcp", a)
+			}
+		}
+		if err != nil {
+			return g, err
+		}
+		g.lns = append(g.lns, l)
+	}
+	if g.act != nil {
+		if left := g.act.Available(); len(left) > 0 {
+			log.Warn("activated sockets not used", zap.String("event", "zerodrop.unused_fds"), zap.Strings("fds", left))
+		}
+	}
+	return g, nil
+}
+
+// ready tells the predecessor and systemd that we serve, and starts the
+// watchdog pings systemd asked for.
+func (g *generationSet) ready(gen uint64, addrs []string, log *zap.Logger) error {
+	if g.u != nil {
+		if err := g.u.Ready(); err != nil {
+			return err
+		}
+	}
+	n := systemd.FromEnv()
+	if n == nil {
+		return nil
+	}
+	n.Logger = log
+	if gen > 1 { // a reload: we are the service's main process now
+		if err := n.MainPID(os.Getpid()); err != nil {
+			return err
+		}
+	}
+	if err := n.Ready(fmt.Sprintf("generation %d serving %s", gen, strings.Join(addrs, " "))); err != nil {
+		return err
+	}
+	w, err := n.StartWatchdog(context.Background())
+	if err == nil && w == nil && gen > 1 { // WATCHDOG_PID still names the predecessor
+		var iv time.Duration
+		if iv, err = systemd.WatchdogInterval(); err == nil {
+			w = n.Pinger(context.Background(), iv)
+		}
+	}
+	g.wd = w
+	return err
+}
+
+// close releases what the drain did not: the Upgrader, activated fds no
+// address took, the watchdog. Listeners Serve had are closed by the drain;
+// those never served are closed here.
+func (g *generationSet) close() {
+	if g.wd != nil {
+		g.wd.Stop()
+	}
+	if g.u != nil {
+		g.u.Close()
+	}
+	if g.act != nil {
+		g.act.Close()
+	}
+}
+
+// serveResult collects the Serve goroutines' results: first receives the
+// first one that is not http.ErrServerClosed.
+type serveResult struct {
+	first chan error
+	wg    sync.WaitGroup
+}
+
+// serve starts a drain.Server on each listener; the servers own them now.
+func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) ([]*drain.Server, *serveResult) {
+	res := &serveResult{first: make(chan error, len(g.lns))}
+	servers := make([]*drain.Server, len(g.lns))
+	for i, l := range g.lns {
+		h := srv
+		if i > 0 {
+			h = copyServer(srv)
+		}
+		servers[i] = &drain.Server{HTTP: h, Logger: log}
+		if opts.ReadyPath != "" {
+			h.Handler = readiness(opts.ReadyPath, servers[i].Ready(), h.Handler)
+		}
+		res.wg.Add(1)
+		go func() {
+			defer res.wg.Done()
+			if err := servers[i].Serve(l); !errors.Is(err, http.ErrServerClosed) {
+				res.first <- err
+			}
+		}()
+	}
+	return servers, res
+}
+
+// readiness answers path with ready and everything else with next (or
+// http.DefaultServeMux, as http.Server does when next is nil).
+func readiness(path string, ready, next http.Handler) http.Handler {
+	if next == nil {
+		next = http.DefaultServeMux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == path {
+			ready.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// drainAll shuts every server down at once, bounded by grace, and waits for
+// their Serve calls to return.
+func drainAll(servers []*drain.Server, served *serveResult, delay, grace time.Duration) ([]*drain.Report, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), delay+grace)
+	defer cancel()
+	reps := make([]*drain.Report, len(servers))
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		s.Delay = delay
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reps[i], errs[i] = s.Shutdown(ctx)
+		}()
+	}
+	wg.Wait()
+	served.wg.Wait()
+	return reps, errors.Join(errs...)
+}
+
+// copyServer copies the exported fields of an http.Server that configure
+// serving.
+func copyServer(s *http.Server) *http.Server {
+	return &http.Server{
+		Handler: s.Handler, DisableGeneralOptionsHandler: s.DisableGeneralOptionsHandler, TLSConfig: s.TLSConfig,
+		ReadTimeout: s.ReadTimeout, ReadHeaderTimeout: s.ReadHeaderTimeout, WriteTimeout: s.WriteTimeout,
+		IdleTimeout: s.IdleTimeout, MaxHeaderBytes: s.MaxHeaderBytes, TLSNextProto: s.TLSNextProto,
+		ConnState: s.ConnState, ErrorLog: s.ErrorLog, BaseContext: s.BaseContext, ConnContext: s.ConnContext,
+		HTTP2: s.HTTP2, Protocols: s.Protocols,
+	}
+}
+
+// startSuccessor starts the next generation; it is reaped here if it exits
+// while we run (a failed start: we keep serving).
+func startSuccessor(successor func() *exec.Cmd, log *zap.Logger) error {
+	var cmd *exec.Cmd
+	if successor != nil {
+		cmd = successor()
+	} else {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		cmd = exec.Command(exe, os.Args[1:]...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	log.Info("successor started", zap.String("event", "zerodrop.successor"), zap.Int("pid", cmd.Process.Pid), zap.String("path", cmd.Path))
+	go cmd.Wait()
+	return nil
+}
+
+func orDefault(s []os.Signal, def ...os.Signal) []os.Signal {
+	if len(s) > 0 {
+		return s
+	}
+	return def
+}
+
+func orDefaultDuration(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
