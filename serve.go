@@ -62,9 +62,17 @@ type Options struct {
 	// Logger receives what Serve does, and is given to handoff and drain; nil
 	// means no logging.
 	Logger *zap.Logger
+	// OnListen, if set, is called once every listener is open, before any is
+	// served (a handler that names the generation learns it here).
+	OnListen func(generation uint64, addrs []net.Addr)
 	// OnServing, if set, is called once every listener is served and the
 	// predecessor (if any) and systemd (if it runs us) were told we are ready.
 	OnServing func(generation uint64, addrs []net.Addr)
+	// OnHandoff is handoff.Config.OnHandoff (for example
+	// stats.Hub.HandoffHook); OnReport is drain.Server.OnReport, called once
+	// per listener (for example stats.Hub.DrainHook).
+	OnHandoff func(handoff.Result, error)
+	OnReport  func(*drain.Report)
 }
 
 // Report says how a generation ended.
@@ -112,6 +120,9 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 	}
 	defer g.close()
 	rep := &Report{Generation: g.generation()}
+	if opts.OnListen != nil {
+		opts.OnListen(rep.Generation, g.addrs())
+	}
 	servers, served := g.serve(srv, opts, log)
 	shutdown := func(cause string, delay time.Duration) (*Report, error) {
 		rep.Cause = cause
@@ -129,11 +140,7 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 		return rep, errors.Join(err, serr)
 	}
 	if opts.OnServing != nil {
-		ls := make([]net.Addr, len(g.lns))
-		for i, l := range g.lns {
-			ls[i] = l.Addr()
-		}
-		opts.OnServing(rep.Generation, ls)
+		opts.OnServing(rep.Generation, g.addrs())
 	}
 
 	var upgrade chan os.Signal
@@ -178,6 +185,14 @@ func (g *generationSet) generation() uint64 {
 	return g.u.Generation()
 }
 
+func (g *generationSet) addrs() []net.Addr {
+	as := make([]net.Addr, len(g.lns))
+	for i, l := range g.lns {
+		as[i] = l.Addr()
+	}
+	return as
+}
+
 func (g *generationSet) exit() <-chan struct{} {
 	if g.u == nil {
 		return nil
@@ -205,7 +220,7 @@ func open(ctx context.Context, addrs []string, opts Options, log *zap.Logger) (g
 		if cfg.Migration == reuseport.MigrationWarn {
 			cfg.Migration = reuseport.MigrationIgnore
 		}
-		g.u, err = handoff.New(ctx, handoff.Config{Path: opts.Handoff, PIDFile: opts.PIDFile, AllowUIDs: opts.AllowUIDs, Listen: cfg, Logger: opts.Logger})
+		g.u, err = handoff.New(ctx, handoff.Config{Path: opts.Handoff, PIDFile: opts.PIDFile, AllowUIDs: opts.AllowUIDs, Listen: cfg, Logger: opts.Logger, OnHandoff: opts.OnHandoff})
 		if err != nil {
 			return g, err
 		}
@@ -299,7 +314,7 @@ func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) (
 		if i > 0 {
 			h = copyServer(srv)
 		}
-		servers[i] = &drain.Server{HTTP: h, Logger: log}
+		servers[i] = &drain.Server{HTTP: h, Logger: log, OnReport: opts.OnReport}
 		if opts.ReadyPath != "" {
 			h.Handler = readiness(opts.ReadyPath, servers[i].Ready(), h.Handler)
 		}

@@ -3,21 +3,19 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
-	"syscall"
+	"sync/atomic"
 	"time"
 
-	"github.com/zerodrop/zerodrop/drain"
-	"github.com/zerodrop/zerodrop/handoff"
+	"github.com/zerodrop/zerodrop"
 	"github.com/zerodrop/zerodrop/stats"
 	"github.com/zerodrop/zerodrop/stats/promstats"
 )
@@ -54,115 +52,72 @@ func main() {
 	if err != nil {
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	err = run(ctx, c, hup, os.Stdout)
-	stop()
-	if err != nil {
+	if err := run(context.Background(), c, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "upgrade example:", err)
 		os.Exit(1)
 	}
 }
 
-// run serves one generation: it inherits or creates the listener, serves,
-// calls Ready, starts a successor on each value from hup, and drains once a
-// successor is ready or ctx ends.
-func run(ctx context.Context, c *config, hup <-chan os.Signal, out io.Writer) error {
+// run serves one generation with zerodrop.Serve: it inherits or creates the
+// listener, serves, starts a successor on SIGHUP, and drains once a successor
+// is ready, on SIGTERM or SIGINT (after -delay), or when ctx ends.
+func run(ctx context.Context, c *config, out io.Writer) error {
 	if err := os.MkdirAll(filepath.Dir(c.socket), 0o700); err != nil {
 		return err
 	}
 	hub := new(stats.Hub) // served on /metrics
-	u, err := handoff.New(ctx, handoff.Config{
-		Path:      c.socket,
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second}
+	var gen atomic.Uint64
+	srv.Handler = newHandler(&gen, hub, promstats.Options{Groups: []promstats.Group{{Listener: c.addr, Addr: c.addr}}})
+	rep, err := zerodrop.Serve(ctx, srv, []string{c.addr}, zerodrop.Options{
+		Handoff:   c.socket,
 		PIDFile:   filepath.Join(filepath.Dir(c.socket), "upgrade.pid"),
+		ReadyPath: "/ready",
+		Delay:     c.delay, // load balancers must notice; a successor needs no delay
+		Grace:     c.grace,
+		Successor: func() *exec.Cmd { return successor(c) },
 		OnHandoff: hub.HandoffHook(),
+		OnReport:  hub.DrainHook(c.addr),
+		OnListen: func(g uint64, _ []net.Addr) {
+			gen.Store(g)
+			hub.SetGeneration(g)
+		},
+		OnServing: func(g uint64, addrs []net.Addr) {
+			fmt.Fprintf(out, "generation %d serving %s pid %d\n", g, addrs[0], os.Getpid())
+		},
 	})
-	if err != nil {
-		return err
+	if rep != nil && len(rep.Drains) > 0 && rep.Drains[0] != nil {
+		json.NewEncoder(os.Stderr).Encode(rep)
+		fmt.Fprintf(out, "generation %d stopped: %s\n", rep.Generation, rep.Drains[0].Method)
 	}
-	defer u.Close()
-	gen := u.Generation()
-	ln, err := u.Listen(ctx, "http", "tcp", c.addr)
-	if err != nil {
-		return err
-	}
-	hub.SetGeneration(gen)
-	srv := newServer(gen, hub, promstats.Options{Groups: []promstats.Group{{Listener: "http", Addr: ln.Addr().String()}}})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }() // takes ownership of ln
-	if err := u.Ready(); err != nil {
-		return errors.Join(fmt.Errorf("ready: %w", err), shutdown(srv, served, gen, c.grace, out))
-	}
-	fmt.Fprintf(out, "generation %d serving %s pid %d\n", gen, ln.Addr(), os.Getpid())
-	for {
-		select {
-		case <-hup:
-			if err := startSuccessor(c, out); err != nil {
-				fmt.Fprintf(out, "generation %d: successor not started: %v\n", gen, err)
-			}
-			continue
-		case <-u.Exit():
-			fmt.Fprintf(out, "generation %d: successor ready, draining\n", gen)
-		case <-ctx.Done():
-			srv.Delay = c.delay // load balancers must notice; a successor needs no delay
-		case err := <-served:
-			return fmt.Errorf("serve: %w", err)
-		}
-		return shutdown(srv, served, gen, c.grace, out)
-	}
+	return err
 }
 
-// newServer answers every request with its generation and pid, /ready with
-// the drain's readiness and /metrics with hub (its drains and handoffs, the
-// generation), the kernel counters and the listener's group.
-func newServer(gen uint64, hub *stats.Hub, metrics promstats.Options) *drain.Server {
-	srv := &drain.Server{HTTP: &http.Server{ReadHeaderTimeout: 10 * time.Second}, OnReport: hub.DrainHook("http")}
-	g, pid := strconv.FormatUint(gen, 10), strconv.Itoa(os.Getpid())
+// newHandler answers every request with its generation and pid, and
+// /metrics with hub (its drains and handoffs, the generation), the kernel
+// counters and the listener's group. (/ready is Serve's.)
+func newHandler(gen *atomic.Uint64, hub *stats.Hub, metrics promstats.Options) http.Handler {
+	pid := strconv.Itoa(os.Getpid())
 	mux := http.NewServeMux()
-	mux.Handle("/ready", srv.Ready())
 	mux.Handle("/metrics", promstats.Handler(hub, metrics))
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		g := strconv.FormatUint(gen.Load(), 10)
 		w.Header().Set("X-Generation", g)
 		w.Header().Set("X-PID", pid)
 		fmt.Fprintf(w, "generation %s pid %s\n", g, pid)
 	})
-	srv.HTTP.Handler = mux
-	return srv
+	return mux
 }
 
-// startSuccessor starts the next generation with our arguments; it shares our
-// stdout and stderr. It is reaped here if it exits while we still run (a
-// failed start: we keep serving); otherwise it outlives us.
-func startSuccessor(c *config, out io.Writer) error {
+// successor is the next generation: -exec, or this binary's path again (so a
+// binary replaced on disk is what runs), with our arguments; it shares our
+// stdout and stderr.
+func successor(c *config) *exec.Cmd {
 	bin := c.exec
 	if bin == "" {
-		var err error
-		if bin, err = os.Executable(); err != nil {
-			return err
-		}
+		bin, _ = os.Executable() // on error, the start fails and we keep serving
 	}
 	cmd := exec.Command(bin, c.args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "started successor pid %d (%s)\n", cmd.Process.Pid, bin)
-	go cmd.Wait()
-	return nil
-}
-
-// shutdown drains srv within grace and prints its report on stderr.
-func shutdown(srv *drain.Server, served <-chan error, gen uint64, grace time.Duration, out io.Writer) error {
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	report, err := srv.Shutdown(ctx)
-	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = fmt.Errorf("serve: %w", serr)
-	}
-	if report != nil {
-		json.NewEncoder(os.Stderr).Encode(report)
-		fmt.Fprintf(out, "generation %d stopped: %s\n", gen, report.Method)
-	}
-	return err
+	return cmd
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -161,12 +160,8 @@ func TestParseFlags(t *testing.T) {
 // Example_run serves one generation until SIGTERM, upgrading on SIGHUP.
 // Compile-only: it runs until signalled and starts other processes.
 func Example_run() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
 	c := &config{addr: "127.0.0.1:8080", socket: "/run/example/handoff.sock", grace: 30 * time.Second}
-	if err := run(ctx, c, hup, os.Stdout); err != nil {
+	if err := run(context.Background(), c, os.Stdout); err != nil {
 		fmt.Println(err)
 	}
 }
