@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -68,4 +70,42 @@ func ExampleWrap() {
 	// ... later, on the program's signal:
 	hs.Shutdown(context.Background())
 	log.Printf("%+v", dl.Report())
+}
+
+// The connections queued when a listener stops are not lost: the stop
+// accepts them (or, with reuseport siblings and migration on, moves them),
+// and Accept returns them after it.
+func ExampleListener_Close() {
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false) // drain stops IPPROTO_TCP listeners
+	l, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	dl, err := drain.Wrap(l, drain.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for range 3 { // three clients connect; nobody has accepted them yet
+		c, err := net.Dial("tcp4", dl.Addr().String())
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer c.Close()
+	}
+	if err := dl.Close(); err != nil {
+		log.Fatal(err)
+	}
+	served := 0
+	for {
+		c, err := dl.Accept()
+		if err != nil { // net.ErrClosed once the drained ones are handed out
+			break
+		}
+		served++
+		c.Close()
+	}
+	rep := dl.Report()
+	fmt.Printf("queued at the stop %d, accepted by the drain %d, served %d, lost %d\n", rep.QueuedAtStop, rep.Accepted, served, rep.Remainder)
+	// Output: queued at the stop 3, accepted by the drain 3, served 3, lost 0
 }

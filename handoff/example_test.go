@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
 
 	"github.com/zerodrop/zerodrop/handoff"
@@ -55,4 +56,48 @@ func ExampleUpgrade() {
 		log.Fatal(err) // e.g. "upgrade: generation 4 still serves: waiting for ready: EOF"
 	}
 	fmt.Printf("generation %d -> %d (pid %d) in %v\n", res.From, res.To, res.PID, res.Took)
+}
+
+// Two generations in one process, to show the mechanism: the second inherits
+// the first's listening socket (the same address, the same kernel socket),
+// and the first's Exit closes once the second is ready.
+func Example_generations() {
+	dir, err := os.MkdirTemp("", "handoff-example-") // 0700: only we can write it
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	cfg := handoff.Config{Path: filepath.Join(dir, "handoff.sock")}
+
+	first, err := handoff.New(ctx, cfg) // nobody answers: generation 1, fresh sockets
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer first.Close()
+	ln1, err := first.Listen(ctx, "http", "tcp4", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln1.Close()
+	if err := first.Ready(); err != nil {
+		log.Fatal(err)
+	}
+
+	second, err := handoff.New(ctx, cfg) // the first answers: generation 2
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer second.Close()
+	ln2, err := second.Listen(ctx, "http", "tcp4", ln1.Addr().String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln2.Close()
+	if err := second.Ready(); err != nil {
+		log.Fatal(err)
+	}
+	<-first.Exit()
+	fmt.Printf("generations %d and %d; same address: %v\n", first.Generation(), second.Generation(), ln1.Addr().String() == ln2.Addr().String())
+	// Output: generations 1 and 2; same address: true
 }

@@ -6,6 +6,8 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 
 	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/reuseport"
@@ -67,4 +69,34 @@ func ExampleNotifier_MainPID() {
 			log.Print(err)
 		}
 	}
+}
+
+// What a Notifier sends: one datagram per message to the notify socket,
+// which systemd reads (here a socket of ours stands in for it).
+func ExampleNotifier() {
+	dir, err := os.MkdirTemp("", "notify-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+
+	n := &systemd.Notifier{Socket: sock} // systemd.FromEnv() under systemd
+	if err := n.Ready("generation 1 serving :8080"); err != nil {
+		log.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	k, err := conn.Read(buf)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s\n", buf[:k])
+	// Output:
+	// READY=1
+	// STATUS=generation 1 serving :8080
 }

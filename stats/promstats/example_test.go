@@ -2,6 +2,8 @@ package promstats_test
 
 import (
 	"context"
+	"fmt"
+	"log"
 	"net/http"
 	"time"
 
@@ -36,4 +38,33 @@ func ExampleNew() {
 	defer cancel()
 	rep, _ := srv.Shutdown(sctx)
 	hub.RecordDrain("http", rep)
+}
+
+// The generation and the drains a hub recorded, as Prometheus reads them.
+func ExampleNew_gather() {
+	hub := new(stats.Hub)
+	hub.SetGeneration(3)
+	hub.RecordDrain("http", &drain.Report{Method: drain.MethodRelease, QueuedAtStop: 2, LeftQueued: 2})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(promstats.New(hub, promstats.Options{}))
+	mfs, err := reg.Gather()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "zerodrop_generation", "zerodrop_drains_total":
+			for _, m := range mf.GetMetric() {
+				v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+				var labels []string
+				for _, l := range m.GetLabel() {
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+				fmt.Println(mf.GetName(), labels, v)
+			}
+		}
+	}
+	// Output:
+	// zerodrop_drains_total [listener=http method=release] 1
+	// zerodrop_generation [] 3
 }
