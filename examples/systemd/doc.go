@@ -27,6 +27,13 @@
 // GET / answers "generation G pid P inode I": check from outside which
 // generation serves, rather than trusting that a command returned 0.
 //
+// zerodrop.Serve does steps 1, 2, 4 and 5 (and a reload's MAINPID=) by
+// itself; examples/upgrade and examples/workers use it. This program wires the
+// packages by hand because it shows what Serve does not: the fd store (-store,
+// systemd.Notifier.Store), options checked with some left out
+// (-ignore-options, for a .socket unit that sets no SO_REUSEPORT), and the
+// socket's inode in every answer.
+//
 // # Reload: a binary upgrade through package handoff
 //
 // With -socket PATH the listener goes through a handoff.Upgrader (the

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"github.com/zerodrop/zerodrop/stats"
 	"github.com/zerodrop/zerodrop/stats/promstats"
@@ -64,23 +63,28 @@ func workerMain() int {
 	if os.Getenv(envMigration) == "enable" {
 		cfg.Migration = reuseport.MigrationEnable
 	}
-	ln, err := cfg.Listen(ctx, "tcp", os.Getenv(envAddr))
-	if err != nil {
-		log.Error("listen", zap.Error(err))
-		return 1
-	}
-	ready := os.NewFile(3, "ready")
-	fmt.Fprintln(ready, "ready")
-	ready.Close()
-
-	// /metrics: this worker's generation, its reuseport group and the
-	// namespace's migration and reset counters (package stats/promstats).
+	addr := os.Getenv(envAddr)
 	hub := new(stats.Hub)
 	hub.SetGeneration(uint64(gen))
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promstats.Handler(hub, promstats.Options{Groups: []promstats.Group{{Listener: "http", Addr: ln.Addr().String()}}}))
+	mux.Handle("/metrics", promstats.Handler(hub, promstats.Options{Groups: []promstats.Group{{Listener: "http", Addr: addr}}}))
 	mux.Handle("/", handler(gen, slot, work))
-	if err := serve(ctx, ln, mux, grace, log); err != nil {
+	// Serve without a handoff: a fresh reuseport member (or a socket systemd
+	// passed), drained on SIGTERM within grace: readiness fails, the
+	// listener stops without losing its queue (with siblings and
+	// tcp_migrate_req=1 it migrates to them), every accepted connection's
+	// request is answered, and only then http.Server.Shutdown runs. The
+	// drain's report is logged once.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: grace}
+	_, err = zerodrop.Serve(ctx, srv, []string{addr}, zerodrop.Options{
+		Listen: cfg, Grace: grace, Logger: log, ReadyPath: "/ready",
+		OnListen: func(uint64, []net.Addr) { // the supervisor waits for this line on fd 3
+			ready := os.NewFile(3, "ready")
+			fmt.Fprintln(ready, "ready")
+			ready.Close()
+		},
+	})
+	if err != nil {
 		log.Error("serve", zap.Error(err))
 		return 1
 	}
@@ -88,8 +92,6 @@ func workerMain() int {
 	return 0
 }
 
-// handler answers with the worker's generation, so a client can verify from
-// outside which generation serves.
 func handler(gen, slot int, work time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if work > 0 {
@@ -104,30 +106,4 @@ func handler(gen, slot int, work time.Duration) http.Handler {
 		w.Header().Set("X-Generation", strconv.Itoa(gen))
 		fmt.Fprintf(w, "generation %d worker %d pid %d\n", gen, slot, os.Getpid())
 	})
-}
-
-// serve serves HTTP on ln until ctx ends, then drains within grace: readiness
-// fails, the listener stops without losing its queue (with siblings and
-// tcp_migrate_req=1 it migrates to them), every accepted connection's request
-// is answered, and only then http.Server.Shutdown runs. The drain's report is
-// logged once.
-func serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration, log *zap.Logger) error {
-	mux := http.NewServeMux()
-	srv := &drain.Server{HTTP: &http.Server{Handler: mux, ReadHeaderTimeout: grace}, Logger: log}
-	mux.Handle("/ready", srv.Ready()) // 503 once the drain has begun
-	mux.Handle("/", h)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err // the listener failed
-	case <-ctx.Done():
-	}
-	stopCtx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	_, err := srv.Shutdown(stopCtx)
-	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
-	}
-	return err
 }

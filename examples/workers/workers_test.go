@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zerodrop/zerodrop"
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
@@ -162,18 +163,15 @@ func TestParseFlags(t *testing.T) {
 }
 
 // Example_serve is one worker without the supervisor: a reuseport listener
-// served until ctx ends, then stopped without losing its queue. Compile-only:
-// it needs tcp_migrate_req=1 and runs until cancelled.
+// served until SIGTERM, then stopped without losing its queue. Compile-only:
+// it needs tcp_migrate_req=1 and runs until signalled.
 func Example_serve() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
 	cfg := reuseport.Config{Migration: reuseport.MigrationRequire}
-	ln, err := cfg.Listen(ctx, "tcp", "127.0.0.1:8080")
+	srv := &http.Server{Handler: handler(1, 0, 0), ReadHeaderTimeout: 10 * time.Second}
+	rep, err := zerodrop.Serve(context.Background(), srv, []string{"127.0.0.1:8080"}, zerodrop.Options{Listen: cfg})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	if err := serve(ctx, ln, handler(1, 0, 0), 10*time.Second, nil); err != nil {
-		fmt.Println(err)
-	}
+	fmt.Println(rep.Drains[0].Method)
 }
