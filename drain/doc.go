@@ -95,8 +95,10 @@
 // not read yet, gets no reply. Server runs the phases in the order that loses
 // nothing: readiness fails (Ready answers 503), an optional Delay, the
 // lossless listener stop, Connection: close on every later response and idle
-// keep-alive connections closed (at once if idle for IdleGrace, otherwise
-// after their next response, so busy clients do not race the close), a
+// keep-alive connections given IdleGrace to send one more request (answered
+// with Connection: close, after which they close, so a client that sends
+// does not race the close; those still idle then are closed and counted in
+// HTTPReport.IdleClosed, since a client may have been sending just then), a
 // callback for hijacked connections, serving every accepted connection's
 // pending request, and only then http.Server.Shutdown. At the deadline, what
 // is left is closed and named in
