@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -88,37 +88,17 @@ func post(c *http.Client, url, body string) (int, error) {
 		return 0, err
 	}
 	req.GetBody = nil
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("status %s", resp.Status)
-	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
-}
-
-func (p *kaPool) answeredBy(pid int) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.answered[pid]
+	return do(c, req)
 }
 
 // waitFor waits (60 s at most) until pid has answered n requests.
 func (p *kaPool) waitFor(t *testing.T, pid, n int) {
 	t.Helper()
-	for range 6000 {
-		if p.answeredBy(pid) >= n {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("pid %d never answered %d requests", pid, n)
+	waitAnswered(t, pid, n, func() int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.answered[pid]
+	})
 }
 
 // stop ends the clients and returns the failures.
@@ -140,8 +120,13 @@ func (p *kaPool) stop() (failed int, byClass map[string]int, first error) {
 // TestServeKeepAliveRestarts runs 256 keep-alive clients posting
 // non-retryable requests through restarts of a service built on Serve (each
 // generation started by SIGHUP to the one before). No request may fail.
+// CI runs 10 restarts (about 20 s); ZD_KEEPALIVE_RESTARTS=100 runs more.
 func TestServeKeepAliveRestarts(t *testing.T) {
-	const clients, restarts = 256, 10
+	const clients = 256
+	restarts := 10
+	if n, err := strconv.Atoi(os.Getenv("ZD_KEEPALIVE_RESTARTS")); err == nil && n > 0 && n <= 1000 {
+		restarts = n
+	}
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		bin := netnstest.ExecutableCopy(t)
 		sock := filepath.Join(t.TempDir(), "handoff.sock")

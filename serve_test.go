@@ -145,7 +145,16 @@ func startLoad(t *testing.T, url string) *load {
 }
 
 func get(c *http.Client, url string) (int, error) {
-	resp, err := c.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	return do(c, req)
+}
+
+// do sends req once and returns the pid in the answer.
+func do(c *http.Client, req *http.Request) (int, error) {
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -163,11 +172,18 @@ func get(c *http.Client, url string) (int, error) {
 // waitFor waits (60 s at most) until pid has answered n requests.
 func (l *load) waitFor(t *testing.T, pid, n int) {
 	t.Helper()
-	for range 6000 {
+	waitAnswered(t, pid, n, func() int {
 		l.mu.Lock()
-		got := l.answered[pid]
-		l.mu.Unlock()
-		if got >= n {
+		defer l.mu.Unlock()
+		return l.answered[pid]
+	})
+}
+
+// waitAnswered waits (60 s at most) until answered, pid's count, reaches n.
+func waitAnswered(t *testing.T, pid, n int, answered func() int) {
+	t.Helper()
+	for range 6000 {
+		if answered() >= n {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)

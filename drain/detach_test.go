@@ -131,7 +131,6 @@ func readReply(t *testing.T, br *bufio.Reader, c net.Conn) string {
 // is left.
 func TestDetachExactlyOnce(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
-		netnstest.CheckLeaks(t)
 		p := newPair(t)
 		dialN := func(i int) (net.Conn, *bufio.Reader, *detachConn) {
 			c, err := net.Dial("tcp4", p.addr)

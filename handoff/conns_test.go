@@ -15,7 +15,6 @@ import (
 // address, a wildcard port.
 func TestValidateConn(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
-		netnstest.CheckLeaks(t)
 		ln, err := net.Listen("tcp4", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
