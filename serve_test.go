@@ -25,9 +25,10 @@ import (
 
 // generationMain is one generation of a service built on Serve: it answers
 // every request with its pid, prints "serving <generation> <pid> <addr>" once
-// served and "report <generation> <cause> <method> <lost>" when Serve
-// returns (cause with '_' for spaces; lost: queued connections and requests
-// the drain could not serve).
+// served and "report <generation> <cause> <method> <lost> <idle closed>" when
+// Serve returns (cause with '_' for spaces; lost: queued connections and
+// requests the drain could not serve; idle closed: keep-alive connections the
+// drain closed idle).
 func generationMain() {
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "%d\n", os.Getpid())
@@ -43,7 +44,7 @@ func generationMain() {
 		os.Exit(1)
 	}
 	d := rep.Drains[0]
-	fmt.Printf("report %d %s %s %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method, d.Remainder+len(d.HTTP.Forced))
+	fmt.Printf("report %d %s %s %d %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method, d.Remainder+len(d.HTTP.Forced), d.HTTP.IdleClosed)
 }
 
 // TestServeUpgrade runs a service built on Serve through an upgrade and a
@@ -83,10 +84,10 @@ func TestServeUpgrade(t *testing.T) {
 		}
 		d := before.Delta(t, "Tcp.OutRsts", "TcpExt.ListenDrops")
 		t.Logf("answered %v, failed %d; generation 1 %v; generation 2 %v; counters %v", answered, failed, rep1[2:], rep2[2:], d)
-		if want := []string{"successor_ready", string(drain.MethodRelease), "0"}; strings.Join(rep1[2:], " ") != strings.Join(want, " ") {
+		if want := []string{"successor_ready", string(drain.MethodRelease), "0"}; strings.Join(rep1[2:5], " ") != strings.Join(want, " ") {
 			t.Errorf("generation 1 stopped with %v, want %v", rep1[2:], want)
 		}
-		if want := []string{"terminated", string(drain.MethodAccept), "0"}; strings.Join(rep2[2:], " ") != strings.Join(want, " ") {
+		if want := []string{"terminated", string(drain.MethodAccept), "0"}; strings.Join(rep2[2:5], " ") != strings.Join(want, " ") {
 			t.Errorf("generation 2 stopped with %v, want %v", rep2[2:], want)
 		}
 		if failed > 0 || d["Tcp.OutRsts"] != 0 || d["TcpExt.ListenDrops"] != 0 {
@@ -144,7 +145,16 @@ func startLoad(t *testing.T, url string) *load {
 }
 
 func get(c *http.Client, url string) (int, error) {
-	resp, err := c.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	return do(c, req)
+}
+
+// do sends req once and returns the pid in the answer.
+func do(c *http.Client, req *http.Request) (int, error) {
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -162,11 +172,18 @@ func get(c *http.Client, url string) (int, error) {
 // waitFor waits (60 s at most) until pid has answered n requests.
 func (l *load) waitFor(t *testing.T, pid, n int) {
 	t.Helper()
-	for range 6000 {
+	waitAnswered(t, pid, n, func() int {
 		l.mu.Lock()
-		got := l.answered[pid]
-		l.mu.Unlock()
-		if got >= n {
+		defer l.mu.Unlock()
+		return l.answered[pid]
+	})
+}
+
+// waitAnswered waits (60 s at most) until answered, pid's count, reaches n.
+func waitAnswered(t *testing.T, pid, n int, answered func() int) {
+	t.Helper()
+	for range 6000 {
+		if answered() >= n {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -174,47 +174,45 @@ func (t *tracker) closeSilent() int {
 	return len(silent)
 }
 
-// settleIdle closes idle keep-alive connections without racing their
-// clients. Responses begun from now on say Connection: close. Connections idle
-// for window already are closed at once; the others get until window from now
-// to send one more request, answered with Connection: close, after which they
-// close by themselves. It returns when none is left idle, at window, or when
-// ctx ends; the caller closes what is still idle.
-func (t *tracker) settleIdle(ctx context.Context, window time.Duration) {
+// settleIdle gives idle keep-alive connections a bounded chance to end
+// without racing their clients. Responses begun from now on say Connection:
+// close. Every connection idle now, however long it has been, or becoming idle
+// later, has until window from now to send one more request, answered with
+// Connection: close, after which net/http closes it. It returns when none is
+// left idle, at window, or when ctx ends, then closes those still idle and
+// returns how many it closed.
+func (t *tracker) settleIdle(ctx context.Context, window time.Duration) (closed int) {
 	t.closing.Store(true)
 	tm := time.NewTimer(window)
 	defer tm.Stop()
-	for t.closeIdle(window) > 0 {
+	for t.idle(false) > 0 {
 		select {
 		case <-ctx.Done():
-			return
+			return t.idle(true)
 		case <-tm.C:
-			return
+			return t.idle(true)
 		case <-t.changed:
 		}
 	}
+	return 0
 }
 
-// closeIdle closes connections idle for at least window and returns how many
-// idle ones are younger.
-func (t *tracker) closeIdle(window time.Duration) (young int) {
-	now := time.Now()
-	var old []net.Conn
+// idle counts the idle connections and, when doClose, closes them.
+func (t *tracker) idle(doClose bool) int {
+	var idle []net.Conn
 	t.mu.Lock()
 	for c, ci := range t.conns {
-		switch {
-		case ci.state != http.StateIdle:
-		case now.Sub(ci.idle) >= window:
-			old = append(old, c)
-		default:
-			young++
+		if ci.state == http.StateIdle {
+			idle = append(idle, c)
 		}
 	}
 	t.mu.Unlock()
-	for _, c := range old {
-		c.Close()
+	if doClose {
+		for _, c := range idle {
+			c.Close()
+		}
 	}
-	return young
+	return len(idle)
 }
 
 // hijackedConns returns the hijacked connections that are still open.

@@ -95,8 +95,10 @@
 // not read yet, gets no reply. Server runs the phases in the order that loses
 // nothing: readiness fails (Ready answers 503), an optional Delay, the
 // lossless listener stop, Connection: close on every later response and idle
-// keep-alive connections closed (at once if idle for IdleGrace, otherwise
-// after their next response, so busy clients do not race the close), a
+// keep-alive connections given IdleGrace to send one more request (answered
+// with Connection: close, after which they close, so a client that sends
+// does not race the close; those still idle then are closed and counted in
+// HTTPReport.IdleClosed, since a client may have been sending just then), a
 // callback for hijacked connections, serving every accepted connection's
 // pending request, and only then http.Server.Shutdown. At the deadline, what
 // is left is closed and named in
@@ -110,6 +112,27 @@
 //
 // The package never installs signal handlers or exits; see the examples for
 // the signal wiring.
+//
+// # Taking an idle connection from net/http
+//
+// The groundwork for handing keep-alive connections to a successor (not
+// wired into Server yet): a connection wrapper from which an idle HTTP/1.1
+// connection can be taken without losing or duplicating a byte. It is taken
+// only while net/http waits for the first byte of the next request with
+// nothing buffered, which the wrapper proves from net/http's calls between
+// two requests (StateIdle, one SetReadDeadline, then a Read with the whole
+// bufio buffer, the length of the connection's first Read, before any byte
+// was returned). The take marks the connection under a lock, then wakes that
+// Read with a past deadline; bytes the Read brings back are kept as the
+// connection's unconsumed bytes, never given to net/http; bytes that came
+// before the mark were given to net/http, and the take is refused. net/http
+// then closes only the wrapper; the socket stays open for the taker, who
+// serves it elsewhere with the unconsumed bytes replayed first. So every byte
+// is read by exactly one of net/http, the unconsumed bytes, or the socket's
+// receive queue. Pipelined bytes buffered by net/http make a connection
+// untakeable until it is idle with nothing buffered. The argument in full is
+// in detach.go; TestDetachExactlyOnce pins net/http's order of calls (Go 1.21
+// to 1.26), so a change there fails the test rather than a client.
 //
 // # Kernel requirements
 //

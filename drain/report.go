@@ -125,6 +125,7 @@ func (r *Report) log(log *zap.Logger) {
 	if h := r.HTTP; h != nil {
 		fields = append(fields, zap.Int("in_flight_at_start", h.InFlightAtStart), zap.Int("completed", h.Completed),
 			zap.Int("keepalive_responses", h.KeepAliveResponses), zap.Int("forced", len(h.Forced)),
+			zap.Int("idle_closed", h.IdleClosed),
 			zap.Int("hijacked_notified", h.HijackedNotified), zap.Duration("http_took", h.Took))
 	}
 	if r.Remainder > 0 || (r.HTTP != nil && len(r.HTTP.Forced) > 0) {

@@ -26,11 +26,13 @@ type Server struct {
 	// Delay is how long Shutdown keeps serving after readiness fails, so load
 	// balancers and Kubernetes endpoints notice. Zero means no delay.
 	Delay time.Duration
-	// IdleGrace: once the listener has stopped, keep-alive connections idle
-	// for at least this long are closed at once; those idle for less (or
-	// finishing a response begun before the drain) get up to IdleGrace to
-	// send one more request, answered with Connection: close, so a busy
-	// client does not race the close. Default 100 ms.
+	// IdleGrace: once the listener has stopped, every keep-alive connection
+	// that is idle (or finishing a response begun before the drain) gets up
+	// to IdleGrace to send one more request, answered with Connection:
+	// close, so that a client that sends does not race the close. Those
+	// still idle at its end are closed (HTTPReport.IdleClosed): a client
+	// sending at that moment sees its request fail, so IdleGrace should
+	// exceed the clients' interval between requests. Default 1 s.
 	IdleGrace time.Duration
 	// NewConnGrace is how long Shutdown waits, once the listener has
 	// stopped, for the first request of connections that were accepted but
@@ -66,17 +68,21 @@ type Server struct {
 
 // HTTPReport is what Server.Shutdown did to the HTTP connections.
 type HTTPReport struct {
-	InFlightAtStart    int           `json:"in_flight_at_start"`  // connections inside a request when the drain began
-	Completed          int           `json:"completed"`           // responses completed after the drain began
-	KeepAliveResponses int           `json:"keepalive_responses"` // of those, on connections that had served a request before
-	HijackedNotified   int           `json:"hijacked_notified"`   // hijacked connections given to the Hijacked callback
-	SilentClosed       int           `json:"silent_closed"`       // connections closed after NewConnGrace without a request
-	Forced             []ForcedConn  `json:"forced,omitempty"`    // connections closed at the deadline
-	ForcedRequests     int           `json:"forced_requests"`     // of those, inside a request
-	DelayTook          time.Duration `json:"delay_ns"`
-	StopTook           time.Duration `json:"stop_ns"` // the listener stop, until Accept took every drained connection
-	WaitTook           time.Duration `json:"wait_ns"` // serving the connections accepted before the stop
-	Took               time.Duration `json:"took_ns"` // the whole Shutdown
+	InFlightAtStart    int `json:"in_flight_at_start"`  // connections inside a request when the drain began
+	Completed          int `json:"completed"`           // responses completed after the drain began
+	KeepAliveResponses int `json:"keepalive_responses"` // of those, on connections that had served a request before
+	HijackedNotified   int `json:"hijacked_notified"`   // hijacked connections given to the Hijacked callback
+	SilentClosed       int `json:"silent_closed"`       // connections closed after NewConnGrace without a request
+	// IdleClosed is the keep-alive connections closed while idle, after
+	// IdleGrace: each is a request its client may have had in flight (sent
+	// as the close reached it), which it sees fail (EOF or reset).
+	IdleClosed     int           `json:"idle_closed"`
+	Forced         []ForcedConn  `json:"forced,omitempty"` // connections closed at the deadline
+	ForcedRequests int           `json:"forced_requests"`  // of those, inside a request
+	DelayTook      time.Duration `json:"delay_ns"`
+	StopTook       time.Duration `json:"stop_ns"` // the listener stop, until Accept took every drained connection
+	WaitTook       time.Duration `json:"wait_ns"` // serving the connections accepted before the stop
+	Took           time.Duration `json:"took_ns"` // the whole Shutdown
 }
 
 // ForcedConn is a connection closed at the deadline.
@@ -212,7 +218,7 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	r, err := s.stopListener(ctx)
 	errs = append(errs, err)
 	h.StopTook = time.Since(t0)
-	s.t.settleIdle(ctx, orDefault(s.IdleGrace, 100*time.Millisecond))
+	h.IdleClosed = s.t.settleIdle(ctx, orDefault(s.IdleGrace, time.Second))
 	s.HTTP.SetKeepAlivesEnabled(false) // closes what is idle still
 	for _, c := range s.t.hijackedConns() {
 		if s.Hijacked != nil {

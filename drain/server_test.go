@@ -343,3 +343,40 @@ func TestReadiness(t *testing.T) {
 		p.wait()
 	})
 }
+
+// TestIdleConnGetsWindow: keep-alive connections idle for longer than
+// IdleGrace when the drain begins are not closed at once: one that sends a
+// request during the window is answered once, with Connection: close; one
+// that sends nothing is closed at the window's end, and the report counts it
+// in IdleClosed.
+func TestIdleConnGetsWindow(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		const grace = 2 * time.Second
+		p := newPhase(t, nil)
+		p.ds.IdleGrace = grace
+		busy, quiet := dial(t, p.addr), dial(t, p.addr)
+		for _, c := range []net.Conn{busy, quiet} {
+			c.Write(keepAliveRequest("/"))
+			if resp, _, err := readResponse(c, 5*time.Second); err != nil || resp.Close {
+				t.Fatalf("first request: %v, %v", resp, err)
+			}
+		}
+		time.Sleep(grace + 100*time.Millisecond) // both idle for longer than IdleGrace
+		res := p.shutdown(context.Background())
+		waitRefused(t, p.addr)
+		busy.Write(keepAliveRequest("/"))
+		resp, body, err := readResponse(busy, 5*time.Second)
+		if err != nil || resp.StatusCode != 200 || body != "A\n" || !resp.Close {
+			t.Fatalf("request in the window: %v %v %q, want 200 with Connection: close", resp, err, body)
+		}
+		quiet.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := quiet.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+			t.Errorf("quiet connection: %d, %v; want EOF at the window's end", n, err)
+		}
+		r := <-res
+		if h := r.rep.HTTP; r.err != nil || h.IdleClosed != 1 || h.KeepAliveResponses != 1 {
+			t.Errorf("report %+v, err %v; want 1 idle closed, 1 keep-alive response", h, r.err)
+		}
+		p.wait()
+	})
+}

@@ -92,9 +92,13 @@ func validateKind(fd int, s *socketInfo, d *reuseport.Digest) error {
 		return bad("SO_PROTOCOL", s.Kind, strconv.Itoa(proto), err)
 	}
 	if s.Kind != kindUDP {
+		want := 1
+		if s.Kind == kindTCPConn {
+			want = 0
+		}
 		acc, err := get(unix.SO_ACCEPTCONN)
-		if err != nil || acc != 1 {
-			return bad("SO_ACCEPTCONN", "1", strconv.Itoa(acc), err)
+		if err != nil || acc != want {
+			return bad("SO_ACCEPTCONN", strconv.Itoa(want), strconv.Itoa(acc), err)
 		}
 	}
 	return checkSockname(fd, s)
@@ -134,7 +138,7 @@ func domainOK(network string, dom int) bool {
 
 func protoOK(kind string, proto int) bool {
 	switch kind {
-	case kindTCP:
+	case kindTCP, kindTCPConn:
 		return proto == unix.IPPROTO_TCP || proto == unix.IPPROTO_MPTCP
 	case kindUDP:
 		return proto == unix.IPPROTO_UDP

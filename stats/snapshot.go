@@ -42,6 +42,9 @@ type DrainStats struct {
 	OutRsts       uint64 `json:"out_rsts"`
 	// Forced counts HTTP connections closed at the deadline (drain.Server).
 	Forced uint64 `json:"forced"`
+	// IdleClosed counts keep-alive connections closed idle after
+	// drain.Server.IdleGrace (drain.HTTPReport.IdleClosed).
+	IdleClosed uint64 `json:"idle_closed"`
 	// Duration is the distribution of the reports' Took (the listener stop;
 	// for drain.Server, the whole Shutdown).
 	Duration Histogram `json:"duration"`
@@ -59,6 +62,7 @@ func (d *DrainStats) add(r *drain.Report) {
 	took := r.Took
 	if r.HTTP != nil {
 		d.Forced += uint64(len(r.HTTP.Forced))
+		d.IdleClosed += nonNeg(r.HTTP.IdleClosed)
 		took = max(took, r.HTTP.Took)
 	}
 	if r.Remainder > 0 || r.HTTP != nil && len(r.HTTP.Forced) > 0 {

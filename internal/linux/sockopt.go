@@ -62,11 +62,22 @@ func TCPInfo(fd int) (*unix.TCPInfo, error) {
 // "ip:port" ("[ip]:port" for IPv6, without zone); for other families it
 // returns the path unix.Getsockname reports ("@" for an abstract name).
 func Sockname(fd int) (string, error) {
+	return sockaddr(fd, unix.SYS_GETSOCKNAME, "getsockname")
+}
+
+// Peername returns the address a connected socket is connected to, in the
+// form Sockname uses.
+func Peername(fd int) (string, error) {
+	return sockaddr(fd, unix.SYS_GETPEERNAME, "getpeername")
+}
+
+// sockaddr runs getsockname or getpeername (trap) and formats the address.
+func sockaddr(fd int, trap uintptr, op string) (string, error) {
 	var rsa unix.RawSockaddrAny
 	n := uint32(unsafe.Sizeof(rsa))
-	_, _, e := unix.RawSyscall(unix.SYS_GETSOCKNAME, uintptr(fd), uintptr(unsafe.Pointer(&rsa)), uintptr(unsafe.Pointer(&n)))
+	_, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&rsa)), uintptr(unsafe.Pointer(&n)))
 	if e != 0 {
-		return "", os.NewSyscallError("getsockname", e)
+		return "", os.NewSyscallError(op, e)
 	}
 	switch rsa.Addr.Family {
 	case unix.AF_INET:
@@ -76,9 +87,15 @@ func Sockname(fd int) (string, error) {
 		p := (*unix.RawSockaddrInet6)(unsafe.Pointer(&rsa))
 		return netip.AddrPortFrom(netip.AddrFrom16(p.Addr), port(&p.Port)).String(), nil
 	}
-	sa, err := unix.Getsockname(fd)
+	var sa unix.Sockaddr
+	var err error
+	if trap == unix.SYS_GETPEERNAME {
+		sa, err = unix.Getpeername(fd)
+	} else {
+		sa, err = unix.Getsockname(fd)
+	}
 	if err != nil {
-		return "", os.NewSyscallError("getsockname", err)
+		return "", os.NewSyscallError(op, err)
 	}
 	if u, ok := sa.(*unix.SockaddrUnix); ok {
 		return u.Name, nil

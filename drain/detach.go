@@ -1,0 +1,268 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Taking an idle HTTP/1.1 connection away from net/http.
+//
+// A detachConn wraps every accepted connection. net/http reads through it:
+// its connReader, then a bufio.Reader, whose Read calls pass the free part of
+// its buffer. To take a connection over without losing or duplicating a
+// byte, the bytes net/http has read but not parsed (its bufio buffer) must be
+// empty, and no byte may be given to net/http once the take has begun. The
+// wrapper proves the first from what net/http does between two requests
+// (net/http's conn.serve, Go 1.21 and later):
+//
+//  1. setState(StateIdle): our ConnState hook marks the connection idle;
+//  2. SetReadDeadline (the IdleTimeout, or none): the wrapper enters the
+//     peek phase;
+//  3. bufr.Peek(4): with 4 or more pipelined bytes buffered it reads nothing;
+//     with 1-3 it calls Read with less than the whole buffer; with none it
+//     calls Read with the whole buffer;
+//  4. SetReadDeadline (ReadHeaderTimeout, or none): the peek phase ends, the
+//     request is read.
+//
+// So a Read in the peek phase, with a buffer as long as the one the
+// connection's first Read had (bufio is empty before a connection's first
+// request), and before any byte was returned in this phase, is net/http
+// waiting for the first byte of the next request with nothing buffered: the
+// only state in which a connection is taken. The take (detach) marks the
+// connection under the wrapper's lock, then wakes the Read with a deadline in
+// the past. The Read, once it returns, takes the lock: marked, it keeps
+// whatever bytes it read (they arrived during the take) as the unconsumed
+// bytes and returns errDetached, so net/http never sees them; not marked
+// (bytes came first), it hands them to net/http as usual, and the take, which
+// only marks a connection blocked in that Read, was refused. net/http then
+// closes the connection, that is our wrapper: Close keeps the socket open for
+// the taker. Every byte is thus either read by net/http, or in the unconsumed
+// bytes, or still in the socket's receive queue, and never two of these.
+//
+// A change in net/http's order of calls makes the checks fail closed when a
+// Read has a shorter buffer or comes outside the peek phase (no take);
+// TestDetachExactlyOnce pins the sequence.
+type detachConn struct {
+	*net.TCPConn
+	mu        sync.Mutex
+	full      int  // the length of the first Read's buffer
+	idle      bool // between StateIdle and the end of the peek phase
+	deadlines int  // SetReadDeadline calls since StateIdle
+	gave      bool // bytes given to net/http in this peek phase
+	inRead    int  // the length of the buffer of the Read in progress, 0 if none
+	detaching bool
+	unread    []byte        // bytes read during the take
+	closed    chan struct{} // closed by net/http's Close once detaching
+	closeOnce sync.Once
+
+	beforeWake func() // tests: runs between the mark and the wake
+}
+
+// errDetached is what net/http's Read gets once its connection is taken.
+var errDetached = errors.New("connection handed over")
+
+// aLongTimeAgo wakes a blocked Read.
+var aLongTimeAgo = time.Unix(1, 0)
+
+func newDetachConn(c *net.TCPConn) *detachConn {
+	return &detachConn{TCPConn: c, closed: make(chan struct{})}
+}
+
+// Read reads from the socket, unless the connection is being taken.
+func (c *detachConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	if c.detaching {
+		c.mu.Unlock()
+		return 0, errDetached
+	}
+	if c.full == 0 {
+		c.full = len(p)
+	}
+	c.inRead = len(p)
+	c.mu.Unlock()
+	n, err := c.TCPConn.Read(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inRead = 0
+	if c.detaching {
+		c.unread = append(c.unread, p[:n]...)
+		return 0, errDetached
+	}
+	if n > 0 && c.idle {
+		c.gave = true
+	}
+	return n, err
+}
+
+// SetReadDeadline passes net/http's deadline on and follows its phases.
+func (c *detachConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	if c.detaching {
+		c.mu.Unlock()
+		return nil
+	}
+	if c.idle {
+		c.deadlines++
+		if c.deadlines > 1 {
+			c.idle = false
+		}
+	}
+	c.mu.Unlock()
+	return c.TCPConn.SetReadDeadline(t)
+}
+
+// Write refuses once the connection is being taken.
+func (c *detachConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	d := c.detaching
+	c.mu.Unlock()
+	if d {
+		return 0, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: errDetached}
+	}
+	return c.TCPConn.Write(p)
+}
+
+// Close closes the socket, unless the connection is being taken: then it
+// tells the taker net/http has let go.
+func (c *detachConn) Close() error {
+	c.mu.Lock()
+	d := c.detaching
+	c.mu.Unlock()
+	if d {
+		c.closeOnce.Do(func() { close(c.closed) })
+		return nil
+	}
+	return c.TCPConn.Close()
+}
+
+// state follows net/http's ConnState for c.
+func (c *detachConn) state(s http.ConnState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.idle = s == http.StateIdle
+	c.deadlines, c.gave = 0, false
+}
+
+// takeable reports whether net/http waits for the next request with nothing
+// buffered. Called with c.mu held.
+func (c *detachConn) takeable() bool {
+	return !c.detaching && c.idle && c.deadlines == 1 && !c.gave && c.inRead > 0 && c.inRead == c.full
+}
+
+// detach takes the connection from net/http if it is waiting, with nothing
+// buffered, for its next request; ok false means not now (try again once it
+// is idle). It returns the socket, which the caller owns, and the bytes read
+// during the take, which precede what the socket still holds. When ctx ends
+// before net/http let go (it always does, at once), the socket is closed
+// and ctx's error returned.
+func (c *detachConn) detach(ctx context.Context) (conn *net.TCPConn, unread []byte, ok bool, err error) {
+	c.mu.Lock()
+	if !c.takeable() {
+		c.mu.Unlock()
+		return nil, nil, false, nil
+	}
+	c.detaching = true
+	c.mu.Unlock()
+	if c.beforeWake != nil {
+		c.beforeWake()
+	}
+	if err := c.TCPConn.SetReadDeadline(aLongTimeAgo); err != nil {
+		return nil, nil, false, c.fail(err)
+	}
+	select {
+	case <-c.closed:
+	case <-ctx.Done():
+		return nil, nil, false, c.fail(ctx.Err())
+	}
+	if err := c.TCPConn.SetReadDeadline(time.Time{}); err != nil {
+		return nil, nil, false, c.fail(err)
+	}
+	c.mu.Lock()
+	unread = c.unread
+	c.mu.Unlock()
+	return c.TCPConn, unread, true, nil
+}
+
+// fail closes the socket of a take that could not finish.
+func (c *detachConn) fail(err error) error {
+	c.TCPConn.Close()
+	return &net.OpError{Op: "detach", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// replayConn is a taken connection served again: the unconsumed bytes
+// first, then the socket.
+type replayConn struct {
+	*net.TCPConn
+	mu     sync.Mutex
+	unread []byte
+}
+
+func (c *replayConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	if len(c.unread) > 0 {
+		n := copy(p, c.unread)
+		c.unread = c.unread[n:]
+		c.mu.Unlock()
+		return n, nil
+	}
+	c.mu.Unlock()
+	return c.TCPConn.Read(p)
+}
+
+var (
+	_ net.Conn = (*detachConn)(nil)
+	_ net.Conn = (*replayConn)(nil)
+)
+
+// detachListener wraps every connection it accepts in a detachConn.
+type detachListener struct{ net.Listener }
+
+func (l detachListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		return newDetachConn(tc), nil
+	}
+	return c, err
+}
+
+// connListener yields the connections sent on its channel, as if accepted,
+// until Close.
+type connListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newConnListener(addr net.Addr) *connListener {
+	return &connListener{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.addr, Err: net.ErrClosed}
+	}
+}
+
+// serve hands c to Accept, or closes it once the listener is closed.
+func (l *connListener) serve(c net.Conn) {
+	select {
+	case l.conns <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+func (l *connListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *connListener) Addr() net.Addr { return l.addr }

@@ -1,0 +1,166 @@
+package zerodrop_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+)
+
+// kaPool is a pool of keep-alive clients, each with a Transport of its own
+// (one connection each), sending non-retryable POSTs (GetBody nil) at random
+// 50-500 ms intervals. It counts every failed request and every connection
+// the clients dial.
+type kaPool struct {
+	quit     chan struct{}
+	wg       sync.WaitGroup
+	dials    atomic.Int64
+	mu       sync.Mutex
+	answered map[int]int    // by the pid that answered
+	failed   map[string]int // by netnstest.Classify
+	firstErr error
+}
+
+func startKAPool(t *testing.T, url string, n int) *kaPool {
+	p := &kaPool{quit: make(chan struct{}), answered: map[int]int{}, failed: map[string]int{}}
+	t.Cleanup(func() { p.stop() })
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	for i := range n {
+		tr := &http.Transport{
+			MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1, IdleConnTimeout: time.Hour,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				p.dials.Add(1)
+				return d.DialContext(ctx, network, addr)
+			},
+		}
+		c := &http.Client{Timeout: 10 * time.Second, Transport: tr}
+		p.wg.Add(1)
+		go p.loop(c, url, uint64(i))
+	}
+	return p
+}
+
+// loop posts until stop, for at most 10 minutes.
+func (p *kaPool) loop(c *http.Client, url string, seed uint64) {
+	defer p.wg.Done()
+	defer c.CloseIdleConnections()
+	r := rand.New(rand.NewPCG(seed, 19))
+	deadline := time.Now().Add(10 * time.Minute)
+	for n := 0; time.Now().Before(deadline); n++ {
+		tm := time.NewTimer(time.Duration(50+r.IntN(451)) * time.Millisecond)
+		select {
+		case <-p.quit:
+			tm.Stop()
+			return
+		case <-tm.C:
+		}
+		pid, err := post(c, url, fmt.Sprintf("client %d request %d", seed, n))
+		p.mu.Lock()
+		if err != nil {
+			p.failed[netnstest.Classify(err).String()]++
+			if p.firstErr == nil {
+				p.firstErr = err
+			}
+		} else {
+			p.answered[pid]++
+		}
+		p.mu.Unlock()
+	}
+}
+
+// post sends body once: GetBody is nil, so the Transport cannot retry it.
+func post(c *http.Client, url, body string) (int, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader([]byte(body)))
+	if err != nil {
+		return 0, err
+	}
+	req.GetBody = nil
+	return do(c, req)
+}
+
+// waitFor waits (60 s at most) until pid has answered n requests.
+func (p *kaPool) waitFor(t *testing.T, pid, n int) {
+	t.Helper()
+	waitAnswered(t, pid, n, func() int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.answered[pid]
+	})
+}
+
+// stop ends the clients and returns the failures.
+func (p *kaPool) stop() (failed int, byClass map[string]int, first error) {
+	select {
+	case <-p.quit:
+	default:
+		close(p.quit)
+	}
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, n := range p.failed {
+		failed += n
+	}
+	return failed, p.failed, p.firstErr
+}
+
+// TestServeKeepAliveRestarts runs 256 keep-alive clients posting
+// non-retryable requests through restarts of a service built on Serve (each
+// generation started by SIGHUP to the one before). No request may fail.
+// CI runs 10 restarts (about 20 s); ZD_KEEPALIVE_RESTARTS=100 runs more.
+func TestServeKeepAliveRestarts(t *testing.T) {
+	const clients = 256
+	restarts := 10
+	if n, err := strconv.Atoi(os.Getenv("ZD_KEEPALIVE_RESTARTS")); err == nil && n > 0 && n <= 1000 {
+		restarts = n
+	}
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		bin := netnstest.ExecutableCopy(t)
+		sock := filepath.Join(t.TempDir(), "handoff.sock")
+		addr := "127.0.0.1:8080"
+		s := netnstest.StartSubreaped(t, bin, []string{"ZERODROP_TEST_HELPER=generation", "ZD_SOCK=" + sock, "ZD_ADDR=" + addr}, "-test.run=^$")
+		pid := servingPID(t, s.Expect(t, "serving 1 "))
+		p := startKAPool(t, "http://"+addr+"/", clients)
+		p.waitFor(t, pid, 2*clients)
+		idleClosed := 0
+		for gen := 2; gen <= restarts+1; gen++ {
+			if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+				t.Fatal(err)
+			}
+			next := servingPID(t, s.Expect(t, fmt.Sprintf("serving %d ", gen)))
+			rep := strings.Fields(s.Expect(t, fmt.Sprintf("report %d ", gen-1)))
+			if ws := s.Reap(t, pid, 30*time.Second); ws.ExitStatus() != 0 {
+				t.Errorf("generation %d exited with %v", gen-1, ws)
+			}
+			if len(rep) > 5 {
+				n, _ := strconv.Atoi(rep[5])
+				idleClosed += n
+			}
+			pid = next
+			p.waitFor(t, pid, clients)
+		}
+		failed, byClass, first := p.stop()
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		s.Expect(t, fmt.Sprintf("report %d ", restarts+1))
+		s.Reap(t, pid, 30*time.Second)
+		t.Logf("%d clients, %d restarts: %d failed %v (first: %v); %d dials; the drains closed %d idle connections", clients, restarts, failed, byClass, first, p.dials.Load(), idleClosed)
+		if failed > 0 {
+			t.Errorf("%d requests failed %v (first: %v), want 0", failed, byClass, first)
+		}
+	})
+}
