@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"io"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,4 +109,81 @@ func tlsTrap(t *testing.T, plain bool) {
 		t.Errorf("drain.Server answered %d of %d (report: completed %d, tls pending %d served %d, silent %d, forced %v)",
 			answered, n, h.Completed, h.TLSPending, h.TLSPendingServed, h.SilentClosed, h.Forced)
 	}
+}
+
+// TestRollingTLS: two HTTPS worker processes in a reuseport group
+// (ServeTLS), one drained and replaced 10 times, with migration on, under
+// Go's http.Transport over TLS: a new connection per request (HTTP/1.1) and
+// HTTP/2 (ALPN h2) with keep-alive, many streams on few connections. Not one
+// request may fail.
+func TestRollingTLS(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 1}, func(t *testing.T) {
+		cert := netnstest.NewCert(t)
+		l := listenTCP(t, "127.0.0.1:0") // reserve a port number
+		addr := l.Addr().String()
+		l.Close()
+		env := []string{envWorkerCert + "=" + cert.CertFile, envWorkerKey + "=" + cert.KeyFile}
+		workers := []*worker{spawnWorker(t, addr, env...).listen(t), spawnWorker(t, addr, env...).listen(t)}
+		spare := spawnWorker(t, addr, env...)
+		h1 := &http.Transport{TLSClientConfig: cert.Client(), DisableKeepAlives: true,
+			TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}
+		h2 := &http.Transport{TLSClientConfig: cert.Client(), ForceAttemptHTTP2: true}
+		defer h2.CloseIdleConnections()
+		perRequest, streams := &stats{}, &stats{}
+		var h2Proto atomic.Int64
+		get := func(tr *http.Transport) error {
+			c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+			resp, err := c.Get("https://" + addr + "/")
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.ProtoMajor == 2 {
+				h2Proto.Add(1)
+			}
+			_, err = io.Copy(io.Discard, resp.Body)
+			return err
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range 12 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if i < 4 {
+					loop(stop, perRequest, func() error { return get(h1) })
+				} else {
+					loop(stop, streams, func() error { return get(h2) })
+				}
+			}()
+		}
+		var pending, pendingServed, h2Conns int
+		for roll := 0; roll < 10; roll++ {
+			time.Sleep(200 * time.Millisecond) // load between rolls
+			next := spare.listen(t)
+			spare = spawnWorker(t, addr, env...)
+			rep := workers[0].drain(t)
+			workers = append(workers[1:], next)
+			if rep.Method != drain.MethodMigrate || len(rep.HTTP.Forced) != 0 {
+				t.Errorf("roll %d: method %s (%s), forced %v", roll, rep.Method, rep.Why, rep.HTTP.Forced)
+			}
+			pending += rep.HTTP.TLSPending
+			pendingServed += rep.HTTP.TLSPendingServed
+			h2Conns += rep.HTTP.HTTP2
+		}
+		close(stop)
+		wg.Wait()
+		for _, w := range workers {
+			w.drain(t)
+		}
+		spare.start.Close()
+		t.Logf("10 rolls: HTTPS new connection per request %v; HTTP/2 %v (%d answered over h2); reports: TLS pending at the stop %d, served %d; HTTP/2 connections told to go away %d",
+			perRequest, streams, h2Proto.Load(), pending, pendingServed, h2Conns)
+		if perRequest.failed.Load() != 0 || streams.failed.Load() != 0 || perRequest.ok.Load() < 200 || streams.ok.Load() < 200 {
+			t.Errorf("want 0 failed and >= 200 each: per request %v; HTTP/2 %v", perRequest, streams)
+		}
+		if h2Proto.Load() != streams.ok.Load() {
+			t.Errorf("%d of %d HTTP/2 client requests answered over HTTP/2", h2Proto.Load(), streams.ok.Load())
+		}
+	})
 }
