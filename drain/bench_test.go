@@ -20,13 +20,7 @@ import (
 // throughput ratio (want >= 0.98). Run as root, it runs in a fresh network
 // namespace (see benchInNamespace).
 func BenchmarkAccept(b *testing.B) {
-	plain := listenTCP(b, "127.0.0.1:0")
-	defer plain.Close()
-	dl, err := drain.Wrap(listenTCP(b, "127.0.0.1:0"), drain.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer dl.Close()
+	plain, dl := plainAndWrapped(b)
 	const batch = 128
 	var tp, tw []time.Duration
 	b.ResetTimer()
@@ -54,6 +48,19 @@ func BenchmarkAccept(b *testing.B) {
 	b.ReportMetric(float64(mp.Nanoseconds()), "plain-median-ns/accept")
 	b.ReportMetric(float64(mw.Nanoseconds()), "wrapped-median-ns/accept")
 	b.ReportMetric(float64(mp)/float64(mw), "wrapped/plain-throughput")
+}
+
+// plainAndWrapped listens twice on loopback: a plain *net.TCPListener and
+// one wrapped by drain.Wrap, both closed at the benchmark's end.
+func plainAndWrapped(b *testing.B) (*net.TCPListener, *drain.Listener) {
+	plain := listenTCP(b, "127.0.0.1:0")
+	b.Cleanup(func() { plain.Close() })
+	dl, err := drain.Wrap(listenTCP(b, "127.0.0.1:0"), drain.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { dl.Close() })
+	return plain, dl
 }
 
 func median(d []time.Duration) time.Duration {
@@ -151,13 +158,7 @@ func drainOnce(b *testing.B) (after, stop time.Duration) {
 func BenchmarkTLSHandshake(b *testing.B) {
 	cert := netnstest.NewCert(b)
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert.TLS}}
-	plain := listenTCP(b, "127.0.0.1:0")
-	defer plain.Close()
-	dl, err := drain.Wrap(listenTCP(b, "127.0.0.1:0"), drain.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer dl.Close()
+	plain, dl := plainAndWrapped(b)
 	ls := []net.Listener{tls.NewListener(plain, cfg), tls.NewListener(dl, cfg)}
 	times := make([][]time.Duration, 2)
 	b.ResetTimer()

@@ -2,10 +2,8 @@ package drain_test
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -37,44 +35,14 @@ func tlsTrap(t *testing.T, plain bool) {
 	cert := netnstest.NewCert(t)
 	tl := listenTCP(t, "127.0.0.1:0")
 	addr := tl.Addr().String()
-	var fresh atomic.Int32
-	hs := &http.Server{Handler: named("A"), ConnState: func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			fresh.Add(1)
-		}
-	}}
-	ds := &drain.Server{HTTP: hs}
-	wait := serve(t, func() error {
+	ts := newTrapServer(t, addr, n, func(hs *http.Server, ds *drain.Server) error {
 		if plain {
 			return hs.ServeTLS(tl, cert.CertFile, cert.KeyFile)
 		}
 		return ds.ServeTLS(tl, cert.CertFile, cert.KeyFile)
 	})
-	conns := make([]net.Conn, n)
-	for i := range conns {
-		conns[i] = dial(t, addr)
-	}
-	for deadline := time.Now().Add(5 * time.Second); fresh.Load() < n; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d connections accepted", fresh.Load(), n)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	done := make(chan *drain.Report, 1)
-	go func() {
-		var rep *drain.Report
-		var err error
-		if plain {
-			err = hs.Shutdown(ctx)
-		} else {
-			rep, err = ds.Shutdown(ctx)
-		}
-		if err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		done <- rep
-	}()
+	conns, wait := ts.conns, ts.wait
+	done := ts.shutdown(t, plain, 20*time.Second)
 	waitRefused(t, addr)
 	time.Sleep(20 * time.Millisecond) // the clients are late, on purpose
 	answered := 0
