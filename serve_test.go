@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -71,7 +72,8 @@ func TestServeUpgrade(t *testing.T) {
 // TestServeUpgradeTLS is TestServeUpgrade for a server with a TLSConfig,
 // which Serve serves over TLS: the clients are Go's http.Transport over
 // HTTPS, a new connection per request (HTTP/1.1), and HTTP/2 (ALPN h2) with
-// keep-alive, four streams at a time on one connection.
+// keep-alive, four streams at a time on one connection; and curl (--http1.1,
+// --http2) in a loop beside them.
 func TestServeUpgradeTLS(t *testing.T) {
 	for _, h2 := range []bool{false, true} {
 		t.Run(map[bool]string{false: "http1.1", true: "h2"}[h2], func(t *testing.T) {
@@ -85,6 +87,53 @@ func TestServeUpgradeTLS(t *testing.T) {
 				serveUpgrade(t, &tlsSetup{cert: cert, tr: tr})
 			})
 		})
+	}
+}
+
+// curlLoop runs curl (over TLS, HTTP/2 or HTTP/1.1 as the transport is) in
+// a loop until the load stops: every response must be complete (curl exits
+// 0 with --fail, and the HTTP version is the one asked for).
+type curlLoop struct {
+	done          chan struct{}
+	runs, failed  int
+	first, wantHV string
+}
+
+func startCurl(t *testing.T, ts *tlsSetup, url string, l *load) *curlLoop {
+	t.Helper()
+	bin, err := exec.LookPath("curl")
+	if err != nil {
+		t.Fatalf("this test needs curl: %v", err)
+	}
+	c := &curlLoop{done: make(chan struct{}), wantHV: "1.1"}
+	proto := "--http1.1"
+	if ts.tr.ForceAttemptHTTP2 {
+		proto, c.wantHV = "--http2", "2"
+	}
+	go func() {
+		defer close(c.done)
+		for c.runs < 2000 && !l.stopped.Load() {
+			// Run waits for curl: every one ends here, by its pid.
+			out, err := exec.Command(bin, "-sS", "--fail", "--max-time", "10", proto, "--cacert", ts.cert.CertFile,
+				"-o", "/dev/null", "-w", "%{http_version}", url).CombinedOutput()
+			c.runs++
+			if err != nil || !strings.HasSuffix(string(out), c.wantHV) {
+				c.failed++
+				if c.first == "" {
+					c.first = fmt.Sprintf("%v: %s", err, out)
+				}
+			}
+		}
+	}()
+	return c
+}
+
+func (c *curlLoop) check(t *testing.T) {
+	t.Helper()
+	<-c.done
+	t.Logf("curl %s: %d runs, %d failed", c.wantHV, c.runs, c.failed)
+	if c.failed != 0 || c.runs == 0 {
+		t.Errorf("curl: %d of %d failed (first: %s); want 0 of at least 1", c.failed, c.runs, c.first)
 	}
 }
 
@@ -110,6 +159,10 @@ func serveUpgrade(t *testing.T, ts *tlsSetup) {
 		before := netnstest.Snapshot(t)
 
 		l := startLoad(t, url, tr)
+		var curl *curlLoop
+		if ts != nil {
+			curl = startCurl(t, ts, url, l)
+		}
 		l.waitFor(t, pid1, 100)
 		if err := syscall.Kill(pid1, syscall.SIGHUP); err != nil {
 			t.Fatal(err)
@@ -121,6 +174,9 @@ func serveUpgrade(t *testing.T, ts *tlsSetup) {
 		}
 		l.waitFor(t, pid2, 200)
 		failed, firstErr, answered := l.stop()
+		if curl != nil {
+			curl.check(t)
+		}
 		if err := syscall.Kill(pid2, syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}

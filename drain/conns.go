@@ -82,6 +82,9 @@ func (t *tracker) connState(c net.Conn, s http.ConnState) {
 		t.hijacked[c] = time.Now()
 	default:
 		if ci := t.conns[c]; ci != nil {
+			if s == http.StateIdle && ci.state == http.StateActive && ci.served == 0 {
+				ci.h2 = true // net/http's HTTP/2 goes Active, Idle at its preface (h2c too); HTTP/1 only after a response
+			}
 			ci.state = s
 			if s == http.StateIdle {
 				ci.idle = time.Now()
@@ -141,13 +144,13 @@ func (t *tracker) begin() (active int) {
 }
 
 // busy counts connections that still have a request to serve: in a request
-// (StateActive) or, when withNew, accepted but not read yet (StateNew).
+// (StateActive) or, when withNew, fresh (see connInfo.fresh).
 func (t *tracker) busy(withNew bool) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
 	for _, ci := range t.conns {
-		if ci.state == http.StateActive || (withNew && ci.state == http.StateNew) {
+		if ci.state == http.StateActive || (withNew && ci.fresh()) {
 			n++
 		}
 	}

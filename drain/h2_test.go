@@ -29,7 +29,27 @@ const (
 // h2Client is a bare HTTP/2 client, written frame by frame so the test sees
 // exactly what the server sends (net/http's client hides GOAWAY).
 type h2Client struct {
-	c net.Conn
+	c       net.Conn
+	started bool
+	goAway  []byte // the last GOAWAY's payload
+}
+
+// preface sends the client preface and SETTINGS, and reads until the
+// server acknowledges them (so it has read the preface).
+func (h *h2Client) preface() error {
+	h.started = true
+	if _, err := io.WriteString(h.c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"); err != nil {
+		return err
+	}
+	if err := h.write(h2Settings, 0, 0, nil); err != nil {
+		return err
+	}
+	for {
+		f, err := h.read()
+		if err != nil || (f.typ == h2Settings && f.flags&h2Ack != 0) {
+			return err
+		}
+	}
 }
 
 func (h *h2Client) write(typ, flags byte, stream uint32, payload []byte) error {
@@ -49,20 +69,20 @@ func (h *h2Client) read() (h2Frame, error) {
 	f := h2Frame{typ: hdr[3], flags: hdr[4], stream: binary.BigEndian.Uint32(hdr[5:]) & (1<<31 - 1)}
 	f.payload = make([]byte, int(hdr[0])<<16|int(hdr[1])<<8|int(hdr[2]))
 	_, err := io.ReadFull(h.c, f.payload)
+	if f.typ == h2GoAway {
+		h.goAway = f.payload
+	}
 	if err == nil && f.typ == h2Settings && f.flags&h2Ack == 0 {
 		err = h.write(h2Settings, h2Ack, 0, nil)
 	}
 	return f, err
 }
 
-// get sends the preface (on first use) and GET / on stream id, and reads
+// get sends the preface (unless sent) and GET / on stream id, and reads
 // until that stream ends.
 func (h *h2Client) get(id uint32, https bool) error {
-	if id == 1 {
-		if _, err := io.WriteString(h.c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"); err != nil {
-			return err
-		}
-		if err := h.write(h2Settings, 0, 0, nil); err != nil {
+	if !h.started {
+		if err := h.preface(); err != nil {
 			return err
 		}
 	}
@@ -168,4 +188,56 @@ func http2IdleGoesAway(t *testing.T, https bool) {
 	if rep.HTTP.HTTP2 != 1 || len(rep.HTTP.Forced) != 0 {
 		t.Errorf("report: %d HTTP/2 connections, forced %v; want 1 and none", rep.HTTP.HTTP2, rep.HTTP.Forced)
 	}
+}
+
+// TestHTTP2FirstRequestLate: an HTTP/2 connection past its handshake and
+// preface before the stop sends its first request 20 ms after the listener
+// stopped. It is answered, and the GOAWAY it then gets names that stream as
+// the last one. Before, the drain did not wait for it (an HTTP/2 connection
+// past its preface is StateIdle, not StateNew), so http.Server.Shutdown's
+// GOAWAY said last stream 0 and the request was refused; curl --http2 saw
+// that across a handoff ("received GOAWAY, error=0, last_stream=0").
+func TestHTTP2FirstRequestLate(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		cert := netnstest.NewCert(t)
+		tl := listenTCP(t, "127.0.0.1:0")
+		addr := tl.Addr().String()
+		ds := &drain.Server{HTTP: &http.Server{Handler: named("A"), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert.TLS}}}}
+		wait := serve(t, func() error { return ds.ServeTLS(tl, "", "") })
+		tc := tls.Client(dial(t, addr), cert.Client("h2"))
+		defer tc.Close()
+		tc.SetDeadline(time.Now().Add(20 * time.Second))
+		h := &h2Client{c: tc}
+		if err := h.preface(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan *drain.Report, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			rep, err := ds.Shutdown(ctx)
+			if err != nil {
+				t.Errorf("shutdown: %v", err)
+			}
+			done <- rep
+		}()
+		waitRefused(t, addr)
+		time.Sleep(20 * time.Millisecond) // the client is late, on purpose
+		err := h.get(1, true)
+		for err == nil { // read on to the GOAWAY and the close
+			_, err = h.read()
+		}
+		tc.Close()
+		rep := <-done
+		wait()
+		var last uint32
+		if len(h.goAway) >= 8 {
+			last = binary.BigEndian.Uint32(h.goAway) & (1<<31 - 1)
+		}
+		if rep.HTTP.Completed != 1 || last != 1 {
+			t.Errorf("late first stream: %d completed, GOAWAY last stream %d (%d bytes), read %v; want 1 and 1",
+				rep.HTTP.Completed, last, len(h.goAway), err)
+		}
+	})
 }

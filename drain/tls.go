@@ -81,3 +81,10 @@ func (t *tracker) pendingServedCount() int {
 	defer t.mu.Unlock()
 	return t.pendingServed
 }
+
+// fresh: accepted but no request read yet (StateNew), or an HTTP/2
+// connection past its preface that has not sent a stream yet: a GOAWAY now
+// would say last stream 0 and refuse the request it is about to send.
+func (ci *connInfo) fresh() bool {
+	return ci.state == http.StateNew || (ci.h2 && ci.served == 0 && ci.state == http.StateIdle)
+}
