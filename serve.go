@@ -95,6 +95,10 @@ var ErrNoAddress = errors.New("zerodrop: no address to serve")
 // report. A listener is named by its address as given, so a successor must be
 // given the same addresses.
 //
+// A srv with a TLSConfig is served over TLS (drain.Server.ServeTLS, with the
+// certificates of its TLSConfig: Certificates, GetCertificate or
+// GetConfigForClient), HTTP/2 offered by ALPN as net/http does.
+//
 // srv serves the first address; each further one is served by a copy of
 // srv's exported fields (its RegisterOnShutdown functions run for the first
 // only). Serve sets srv's hooks (see drain.Server): do not change them
@@ -321,7 +325,11 @@ func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) (
 		res.wg.Add(1)
 		go func() {
 			defer res.wg.Done()
-			if err := servers[i].Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			serveFn := servers[i].Serve
+			if h.TLSConfig != nil {
+				serveFn = func(l net.Listener) error { return servers[i].ServeTLS(l, "", "") }
+			}
+			if err := serveFn(l); !errors.Is(err, http.ErrServerClosed) {
 				res.first <- err
 			}
 		}()

@@ -2,6 +2,7 @@ package drain_test
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
 )
 
 // BenchmarkAccept alternates single Accepts on a plain *net.TCPListener and
@@ -18,13 +20,7 @@ import (
 // throughput ratio (want >= 0.98). Run as root, it runs in a fresh network
 // namespace (see benchInNamespace).
 func BenchmarkAccept(b *testing.B) {
-	plain := listenTCP(b, "127.0.0.1:0")
-	defer plain.Close()
-	dl, err := drain.Wrap(listenTCP(b, "127.0.0.1:0"), drain.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer dl.Close()
+	plain, dl := plainAndWrapped(b)
 	const batch = 128
 	var tp, tw []time.Duration
 	b.ResetTimer()
@@ -52,6 +48,19 @@ func BenchmarkAccept(b *testing.B) {
 	b.ReportMetric(float64(mp.Nanoseconds()), "plain-median-ns/accept")
 	b.ReportMetric(float64(mw.Nanoseconds()), "wrapped-median-ns/accept")
 	b.ReportMetric(float64(mp)/float64(mw), "wrapped/plain-throughput")
+}
+
+// plainAndWrapped listens twice on loopback: a plain *net.TCPListener and
+// one wrapped by drain.Wrap, both closed at the benchmark's end.
+func plainAndWrapped(b *testing.B) (*net.TCPListener, *drain.Listener) {
+	plain := listenTCP(b, "127.0.0.1:0")
+	b.Cleanup(func() { plain.Close() })
+	dl, err := drain.Wrap(listenTCP(b, "127.0.0.1:0"), drain.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { dl.Close() })
+	return plain, dl
 }
 
 func median(d []time.Duration) time.Duration {
@@ -140,4 +149,50 @@ func drainOnce(b *testing.B) (after, stop time.Duration) {
 	end := time.Now()
 	<-served
 	return end.Sub(<-returned), rep.HTTP.StopTook
+}
+
+// BenchmarkTLSHandshake alternates TLS handshakes (ECDSA P-256, TLS 1.3)
+// through tls.NewListener on a plain *net.TCPListener and on one wrapped by
+// drain.Wrap, timing each from dial to both ends' handshake done, and
+// reports each one's median and the wrapped/plain rate ratio (want >= 0.98).
+func BenchmarkTLSHandshake(b *testing.B) {
+	cert := netnstest.NewCert(b)
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert.TLS}}
+	plain, dl := plainAndWrapped(b)
+	ls := []net.Listener{tls.NewListener(plain, cfg), tls.NewListener(dl, cfg)}
+	times := make([][]time.Duration, 2)
+	b.ResetTimer()
+	for i := range b.N {
+		for k := range 2 {
+			k = (k + i) % 2 // alternate which goes first
+			times[k] = append(times[k], handshake(b, ls[k], cert.Client()))
+		}
+	}
+	mp, mw := median(times[0]), median(times[1])
+	b.ReportMetric(float64(mp.Nanoseconds()), "plain-median-ns/handshake")
+	b.ReportMetric(float64(mw.Nanoseconds()), "wrapped-median-ns/handshake")
+	b.ReportMetric(float64(mp)/float64(mw), "wrapped/plain-rate")
+}
+
+// handshake dials l, completes both ends' handshakes and returns the time.
+func handshake(b *testing.B, l net.Listener, cfg *tls.Config) time.Duration {
+	t0 := time.Now()
+	errc := make(chan error, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			err = c.(*tls.Conn).Handshake()
+			c.Close()
+		}
+		errc <- err
+	}()
+	c, err := tls.Dial("tcp4", l.Addr().String(), cfg)
+	if err == nil {
+		err = <-errc
+		c.Close()
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t0)
 }

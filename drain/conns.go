@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"sync"
@@ -17,6 +18,11 @@ type connInfo struct {
 	state  http.ConnState
 	served int       // responses completed on it
 	idle   time.Time // when it last became idle
+
+	tls     *tls.Conn // nil for plain connections
+	probed  bool      // its protocol was looked at
+	h2      bool      // HTTP/2 (ALPN h2, or h2c): never closed as idle
+	pending bool      // TLS, in StateNew when the listener stopped
 }
 
 type connKey struct{}
@@ -33,6 +39,7 @@ type tracker struct {
 	closing  atomic.Bool // responses say Connection: close
 
 	completed, keepAlive int // counted after the drain began
+	pendingServed        int // pending connections that were then served
 	userState            func(net.Conn, http.ConnState)
 	userContext          func(context.Context, net.Conn) context.Context
 }
@@ -50,6 +57,7 @@ func newTracker(hs *http.Server) *tracker {
 // connContext registers a new connection and puts its info in the context.
 func (t *tracker) connContext(ctx context.Context, c net.Conn) context.Context {
 	ci := &connInfo{remote: c.RemoteAddr().String(), since: time.Now(), state: http.StateNew}
+	ci.tls, _ = c.(*tls.Conn)
 	t.mu.Lock()
 	t.conns[c] = ci
 	t.mu.Unlock()
@@ -64,6 +72,7 @@ func (t *tracker) connContext(ctx context.Context, c net.Conn) context.Context {
 
 // connState follows a connection's state, then calls the user's hook.
 func (t *tracker) connState(c net.Conn, s http.ConnState) {
+	t.probeH2(c, s)
 	t.mu.Lock()
 	switch s {
 	case http.StateClosed:
@@ -73,6 +82,9 @@ func (t *tracker) connState(c net.Conn, s http.ConnState) {
 		t.hijacked[c] = time.Now()
 	default:
 		if ci := t.conns[c]; ci != nil {
+			if s == http.StateIdle && ci.state == http.StateActive && ci.served == 0 {
+				ci.h2 = true // net/http's HTTP/2 goes Active, Idle at its preface (h2c too); HTTP/1 only after a response
+			}
 			ci.state = s
 			if s == http.StateIdle {
 				ci.idle = time.Now()
@@ -101,6 +113,12 @@ func (t *tracker) handler(h http.Handler) http.Handler {
 			return
 		}
 		t.mu.Lock()
+		if r.ProtoMajor == 2 {
+			ci.h2 = true // h2c shows here first
+		}
+		if ci.pending && ci.served == 0 {
+			t.pendingServed++
+		}
 		if t.draining {
 			t.completed++
 			if ci.served > 0 {
@@ -126,13 +144,13 @@ func (t *tracker) begin() (active int) {
 }
 
 // busy counts connections that still have a request to serve: in a request
-// (StateActive) or, when withNew, accepted but not read yet (StateNew).
+// (StateActive) or, when withNew, fresh (see connInfo.fresh).
 func (t *tracker) busy(withNew bool) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
 	for _, ci := range t.conns {
-		if ci.state == http.StateActive || (withNew && ci.state == http.StateNew) {
+		if ci.state == http.StateActive || (withNew && ci.fresh()) {
 			n++
 		}
 	}
@@ -202,7 +220,7 @@ func (t *tracker) idle(doClose bool) int {
 	var idle []net.Conn
 	t.mu.Lock()
 	for c, ci := range t.conns {
-		if ci.state == http.StateIdle {
+		if ci.state == http.StateIdle && !ci.h2 { // HTTP/2: told to go away, never closed bare
 			idle = append(idle, c)
 		}
 	}
@@ -254,7 +272,7 @@ func (t *tracker) counts() (completed, keepAlive int) {
 
 // open reports whether c is still open (its fd can be reached).
 func open(c net.Conn) bool {
-	sc, ok := c.(syscall.Conn)
+	sc, ok := rawConn(c).(syscall.Conn)
 	if !ok {
 		return true
 	}

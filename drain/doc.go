@@ -102,7 +102,41 @@
 // callback for hijacked connections, serving every accepted connection's
 // pending request, and only then http.Server.Shutdown. At the deadline, what
 // is left is closed and named in
-// the report. HTTP/2 connections get their GOAWAY from http.Server.Shutdown.
+// the report.
+//
+// # TLS and HTTP/2
+//
+// ServeTLS serves HTTPS like http.Server.ServeTLS (HTTP.TLSConfig honoured,
+// h2 offered by ALPN). The TLS handshake runs in net/http's connection
+// goroutine, after Accept, so a connection accepted before the stop whose
+// handshake or first request comes later is the same trap as golang/go#65802,
+// and the drain treats it like a plain connection still to send its request:
+// served if it arrives within NewConnGrace. HTTPReport.TLSPending counts the
+// TLS connections in that state when the listener stopped and
+// TLSPendingServed those then served.
+//
+// An HTTP/2 connection (ALPN h2, or h2c when HTTP.Protocols enables it) is
+// never closed as an idle one is: that would cut a stream its client opened
+// meanwhile. It is told to go away: its next response carries Connection:
+// close, which net/http turns into a GOAWAY, and http.Server.Shutdown sends
+// one to every HTTP/2 connection left; streams in flight finish
+// (HTTPReport.HTTP2 counts these connections). net/http sends one GOAWAY
+// whose last stream id is the last stream it read, and ignores streams above
+// it; a compliant client retries those (Go's http.Transport does; h2load,
+// which does not, counts them as failed: see BENCHMARKS.md). RFC 9113's
+// two-step shutdown (a GOAWAY with 2^31-1, a PING, then the real last stream
+// id) cannot be done through net/http: its HTTP/2 server has no exported way
+// to write a GOAWAY with a chosen last stream id or a PING on a connection
+// (serverConn.goAway always writes maxClientStreamID, and the Framer is
+// private to the serverConn), and golang.org/x/net/http2.Server has none
+// either.
+//
+// # WebSockets
+//
+// A hijacked connection (a WebSocket) is its handler's: net/http's Shutdown
+// does not wait for it. GoingAway is a ready-made Hijacked callback that
+// sends the close frame 1001 "going away" and gives the connection a
+// deadline (examples/websocket shows it with gorilla/websocket).
 //
 // The drain runs once. Shutdown may be called from several goroutines: the
 // others wait for it, each bounded by its own ctx, and every caller gets a

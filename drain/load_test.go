@@ -22,7 +22,11 @@ import (
 	"github.com/zerodrop/zerodrop/reuseport"
 )
 
-const envWorkerAddr = "DRAIN_TEST_ADDR"
+const (
+	envWorkerAddr = "DRAIN_TEST_ADDR"
+	envWorkerCert = "DRAIN_TEST_CERT" // with envWorkerKey: serve HTTPS (ServeTLS)
+	envWorkerKey  = "DRAIN_TEST_KEY"
+)
 
 // workerMain is a worker process: it waits for a line on stdin, joins the
 // group on $DRAIN_TEST_ADDR, says "ready", serves until SIGTERM, drains and
@@ -44,7 +48,13 @@ func workerMain() {
 		io.WriteString(w, "ok\n")
 	})}}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
+	go func() {
+		if f := os.Getenv(envWorkerCert); f != "" {
+			served <- srv.ServeTLS(l, f, os.Getenv(envWorkerKey))
+			return
+		}
+		served <- srv.Serve(l)
+	}()
 	fmt.Println("ready")
 	<-sig
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -65,14 +75,14 @@ type worker struct {
 	start *os.File // write end of its stdin
 }
 
-func spawnWorker(t *testing.T, addr string) *worker {
+func spawnWorker(t *testing.T, addr string, env ...string) *worker {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := netnstest.StartHelper(t, "worker", netnstest.HelperOptions{Stdin: r,
-		Env: []string{envWorkerAddr + "=" + addr, "GORACE=atexit_sleep_ms=0"}})
+		Env: append([]string{envWorkerAddr + "=" + addr, "GORACE=atexit_sleep_ms=0"}, env...)})
 	r.Close()
 	t.Cleanup(func() { w.Close() })
 	return &worker{p: p, out: bufio.NewReader(p.Stdout), start: w}

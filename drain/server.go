@@ -73,6 +73,9 @@ type HTTPReport struct {
 	KeepAliveResponses int `json:"keepalive_responses"` // of those, on connections that had served a request before
 	HijackedNotified   int `json:"hijacked_notified"`   // hijacked connections given to the Hijacked callback
 	SilentClosed       int `json:"silent_closed"`       // connections closed after NewConnGrace without a request
+	TLSPending         int `json:"tls_pending"`         // TLS connections whose handshake or first request was still to come when the listener stopped
+	TLSPendingServed   int `json:"tls_pending_served"`  // of those, served a request
+	HTTP2              int `json:"http2"`               // HTTP/2 connections open when the listener stopped, each told to go away
 	// IdleClosed is the keep-alive connections closed while idle, after
 	// IdleGrace: each is a request its client may have had in flight (sent
 	// as the close reached it), which it sees fail (EOF or reset).
@@ -106,9 +109,18 @@ func (s *Server) Ready() http.Handler {
 
 // Serve serves HTTP on l, wrapped by Wrap unless it is a *Listener already; it
 // takes ownership of l. Like http.Server.Serve it returns
-// http.ErrServerClosed after Shutdown. A nil l (untyped or a typed nil) gives
-// an error matching ErrNilListener, a nil HTTP one matching ErrNoHTTPServer.
+// http.ErrServerClosed after Shutdown, and it serves plain HTTP whatever
+// HTTP.TLSConfig says (ServeTLS serves HTTPS). A nil l (untyped or a typed
+// nil) gives an error matching ErrNilListener, a nil HTTP one matching
+// ErrNoHTTPServer.
 func (s *Server) Serve(l net.Listener) error {
+	return s.serve(l, s.httpServe)
+}
+
+func (s *Server) httpServe(l net.Listener) error { return s.HTTP.Serve(l) }
+
+// serve wraps l and runs serveFn on it: http.Server's Serve or ServeTLS.
+func (s *Server) serve(l net.Listener, serveFn func(net.Listener) error) error {
 	if nilListener(l) {
 		return &net.OpError{Op: "serve", Net: "tcp", Err: ErrNilListener}
 	}
@@ -140,7 +152,8 @@ func (s *Server) Serve(l net.Listener) error {
 	s.l = dl
 	s.served = make(chan struct{})
 	s.mu.Unlock()
-	err := s.HTTP.Serve(dl)
+	err := serveFn(dl)
+	dl.Close() // http.Server.ServeTLS returns before serving when its certificate fails
 	close(s.served)
 	if s.draining.Load() && errors.Is(err, net.ErrClosed) {
 		return http.ErrServerClosed
@@ -218,6 +231,7 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	r, err := s.stopListener(ctx)
 	errs = append(errs, err)
 	h.StopTook = time.Since(t0)
+	h.TLSPending, h.HTTP2 = s.t.markPending()
 	h.IdleClosed = s.t.settleIdle(ctx, orDefault(s.IdleGrace, time.Second))
 	s.HTTP.SetKeepAlivesEnabled(false) // closes what is idle still
 	for _, c := range s.t.hijackedConns() {
@@ -235,6 +249,7 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 		errs = append(errs, err)
 	}
 	h.Completed, h.KeepAliveResponses = s.t.counts()
+	h.TLSPendingServed = s.t.pendingServedCount()
 	h.Took = time.Since(start)
 	r.HTTP = h
 	r.log(s.Logger)

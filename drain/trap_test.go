@@ -30,46 +30,16 @@ func TestShutdownTrap(t *testing.T) {
 func shutdownTrap(t *testing.T, plain bool) {
 	const n = 10
 	tl := listenTCP(t, "127.0.0.1:0")
-	var fresh atomic.Int32
-	hs := &http.Server{Handler: named("A"), ConnState: func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			fresh.Add(1)
-		}
-	}}
-	ds := &drain.Server{HTTP: hs}
-	began := make(chan struct{})
-	hs.RegisterOnShutdown(func() { close(began) })
-	wait := serve(t, func() error {
+	ts := newTrapServer(t, tl.Addr().String(), n, func(hs *http.Server, ds *drain.Server) error {
 		if plain {
 			return hs.Serve(tl)
 		}
 		return ds.Serve(tl)
 	})
-	conns := make([]net.Conn, n)
-	for i := range conns {
-		conns[i] = dial(t, tl.Addr().String())
-	}
-	for deadline := time.Now().Add(5 * time.Second); fresh.Load() < n; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d connections accepted", fresh.Load(), n)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	done := make(chan *drain.Report, 1)
-	go func() {
-		var rep *drain.Report
-		var err error
-		if plain {
-			err = hs.Shutdown(ctx)
-		} else {
-			rep, err = ds.Shutdown(ctx)
-		}
-		if err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		done <- rep
-	}()
+	hs, ds, conns, wait := ts.hs, ts.ds, ts.conns, ts.wait
+	began := make(chan struct{})
+	hs.RegisterOnShutdown(func() { close(began) })
+	done := ts.shutdown(t, plain, 10*time.Second)
 	if plain {
 		<-began
 	} else {
@@ -100,4 +70,56 @@ func shutdownTrap(t *testing.T, plain bool) {
 	if !plain && (answered != n || rep.HTTP.Completed != n || len(rep.HTTP.Forced) != 0) {
 		t.Errorf("drain.Server answered %d of %d (report completed %d, forced %v)", answered, n, rep.HTTP.Completed, rep.HTTP.Forced)
 	}
+}
+
+// trapServer is an http.Server, drained by a drain.Server or not, with n
+// connections accepted that have sent nothing yet.
+type trapServer struct {
+	hs    *http.Server
+	ds    *drain.Server
+	conns []net.Conn
+	wait  func() error // for serveFn to return
+}
+
+func newTrapServer(t *testing.T, addr string, n int, serveFn func(*http.Server, *drain.Server) error) *trapServer {
+	t.Helper()
+	var fresh atomic.Int32
+	hs := &http.Server{Handler: named("A"), ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			fresh.Add(1)
+		}
+	}}
+	ts := &trapServer{hs: hs, ds: &drain.Server{HTTP: hs}, conns: make([]net.Conn, n)}
+	ts.wait = serve(t, func() error { return serveFn(ts.hs, ts.ds) })
+	for i := range ts.conns {
+		ts.conns[i] = dial(t, addr)
+	}
+	for deadline := time.Now().Add(5 * time.Second); fresh.Load() < int32(n); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d connections accepted", fresh.Load(), n)
+		}
+	}
+	return ts
+}
+
+// shutdown starts http.Server.Shutdown (plain) or drain.Server.Shutdown,
+// bounded by d; the channel gets the drain's report (nil when plain).
+func (ts *trapServer) shutdown(t *testing.T, plain bool, d time.Duration) <-chan *drain.Report {
+	done := make(chan *drain.Report, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		var rep *drain.Report
+		var err error
+		if plain {
+			err = ts.hs.Shutdown(ctx)
+		} else {
+			rep, err = ts.ds.Shutdown(ctx)
+		}
+		if err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		done <- rep
+	}()
+	return done
 }

@@ -3,6 +3,7 @@ module github.com/zerodrop/zerodrop/examples
 go 1.24.0
 
 require (
+	github.com/gorilla/websocket v1.5.3
 	github.com/zerodrop/zerodrop v0.0.0
 	github.com/zerodrop/zerodrop/stats/promstats v0.0.0-00010101000000-000000000000
 	go.uber.org/zap v1.28.0

@@ -1,0 +1,90 @@
+package drain
+
+import (
+	"crypto/tls"
+	"net"
+	"net/http"
+)
+
+// ServeTLS is Serve for HTTPS, like http.Server.ServeTLS: HTTP.TLSConfig is
+// honoured (cloned, with h2 and http/1.1 offered by ALPN as net/http does),
+// and certFile and keyFile, if given, hold the certificate; they may be empty
+// when HTTP.TLSConfig has Certificates, GetCertificate or GetConfigForClient.
+// It takes ownership of l, and returns http.ErrServerClosed after Shutdown.
+//
+// The drain treats a TLS connection like a plain one: accepted before the
+// listener stopped, it is served whenever its handshake and first request
+// arrive within NewConnGrace (a handshake in progress at the stop completes);
+// the report counts them (HTTPReport.TLSPending, TLSPendingServed). HTTP/2
+// connections are never closed as idle: each is told to go away (GOAWAY) by
+// its next response or by http.Server.Shutdown, and its streams finish.
+func (s *Server) ServeTLS(l net.Listener, certFile, keyFile string) error {
+	return s.serve(l, func(dl net.Listener) error { return s.HTTP.ServeTLS(dl, certFile, keyFile) })
+}
+
+// negotiatedH2 reports whether c is a TLS connection that chose HTTP/2 by
+// ALPN. Call it only once c's handshake is over (ConnectionState waits for a
+// handshake in progress).
+func negotiatedH2(c *tls.Conn) bool {
+	return c.ConnectionState().NegotiatedProtocol == "h2"
+}
+
+// rawConn is the connection under TLS, if any.
+func rawConn(c net.Conn) net.Conn {
+	if tc, ok := c.(*tls.Conn); ok {
+		return tc.NetConn()
+	}
+	return c
+}
+
+// probeH2 notes, at a TLS connection's first step out of StateNew (its
+// handshake is over then), whether it speaks HTTP/2.
+func (t *tracker) probeH2(c net.Conn, s http.ConnState) {
+	if s != http.StateActive && s != http.StateIdle {
+		return
+	}
+	t.mu.Lock()
+	ci := t.conns[c]
+	probe := ci != nil && ci.tls != nil && !ci.probed
+	if probe {
+		ci.probed = true
+	}
+	t.mu.Unlock()
+	if !probe || !negotiatedH2(ci.tls) {
+		return
+	}
+	t.mu.Lock()
+	ci.h2 = true
+	t.mu.Unlock()
+}
+
+// markPending marks the TLS connections that have not sent a request yet
+// (handshake, or first request, still to come) when the listener has
+// stopped, and counts them and the HTTP/2 connections open.
+func (t *tracker) markPending() (pending, h2 int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ci := range t.conns {
+		switch {
+		case ci.h2:
+			h2++
+		case ci.tls != nil && ci.state == http.StateNew:
+			ci.pending = true
+			pending++
+		}
+	}
+	return pending, h2
+}
+
+func (t *tracker) pendingServedCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pendingServed
+}
+
+// fresh: accepted but no request read yet (StateNew), or an HTTP/2
+// connection past its preface that has not sent a stream yet: a GOAWAY now
+// would say last stream 0 and refuse the request it is about to send.
+func (ci *connInfo) fresh() bool {
+	return ci.state == http.StateNew || (ci.h2 && ci.served == 0 && ci.state == http.StateIdle)
+}

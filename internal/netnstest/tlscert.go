@@ -1,0 +1,80 @@
+package netnstest
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// Cert is an ephemeral self-signed certificate for 127.0.0.1 and localhost,
+// made for one test: its key exists only in memory and in the test's temp
+// directory.
+type Cert struct {
+	TLS      tls.Certificate
+	Pool     *x509.CertPool // trusts only this certificate
+	CertFile string         // PEM files under t.TempDir(), for ServeTLS
+	KeyFile  string
+}
+
+// NewCert makes a Cert (ECDSA P-256, valid for an hour).
+func NewCert(t testing.TB) *Cert {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "zerodrop test"},
+		NotBefore:    time.Now().Add(-time.Minute),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:         true, BasicConstraintsValid: true,
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:    []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
+	c := &Cert{Pool: x509.NewCertPool()}
+	if c.TLS, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Pool.AddCert(leaf)
+	dir := t.TempDir()
+	c.CertFile, c.KeyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(c.CertFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.KeyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Client is a client config that trusts only c, offering protos by ALPN.
+func (c *Cert) Client(protos ...string) *tls.Config {
+	return &tls.Config{RootCAs: c.Pool, ServerName: "127.0.0.1", NextProtos: protos}
+}
