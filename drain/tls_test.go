@@ -73,7 +73,10 @@ func tlsTrap(t *testing.T, plain bool) {
 		return
 	}
 	h := rep.HTTP
-	if answered != n || h.Completed != n || h.TLSPending != n || h.TLSPendingServed != n || len(h.Forced) != 0 || h.SilentClosed != 0 {
+	// TLSPending also counts a waitRefused probe that connected just before
+	// the listener stopped (the drain accepts it; it closes without a
+	// handshake, logged as "TLS handshake error: EOF"): at least n.
+	if answered != n || h.Completed != n || h.TLSPending < n || h.TLSPendingServed != n || len(h.Forced) != 0 || h.SilentClosed != 0 {
 		t.Errorf("drain.Server answered %d of %d (report: completed %d, tls pending %d served %d, silent %d, forced %v)",
 			answered, n, h.Completed, h.TLSPending, h.TLSPendingServed, h.SilentClosed, h.Forced)
 	}
