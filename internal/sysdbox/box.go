@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,12 +127,27 @@ func start() (*Box, error) {
 	b.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd()), Pdeathsig: syscall.SIGKILL}
-	if err := b.cmd.Start(); err != nil {
+	started := make(chan error, 1)
+	go b.run(started)
+	if err := <-started; err != nil {
 		os.Remove(cg)
 		return nil, fmt.Errorf("start unshare in %s: %w", cg, err)
 	}
-	go func() { b.cmd.Wait(); close(b.done) }()
 	return b, nil
+}
+
+// run starts unshare and waits for it on one locked OS thread: Pdeathsig
+// kills unshare (and with it the box) when the thread that started it exits,
+// so no other goroutine may end that thread while the box runs.
+func (b *Box) run(started chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	err := b.cmd.Start()
+	started <- err
+	if err == nil {
+		b.cmd.Wait()
+	}
+	close(b.done)
 }
 
 // newCgroup makes a cgroup2 directory for the box below this process's own

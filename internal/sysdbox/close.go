@@ -32,8 +32,8 @@ func (b *Box) close() error {
 	errs = append(errs, b.checkGone(procs), b.removeCgroup())
 	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil {
 		errs = append(errs, err)
-	} else if !bytes.Equal(mi, b.mountinfo) {
-		errs = append(errs, fmt.Errorf("sysdbox: the test process's mounts changed while the box ran:\nbefore:\n%s\nafter:\n%s", b.mountinfo, mi))
+	} else if gone, added := lineDiff(b.mountinfo, mi); len(gone)+len(added) > 0 {
+		errs = append(errs, fmt.Errorf("sysdbox: the test process's mounts changed while the box ran: gone %q, added %q", gone, added))
 	}
 	return errors.Join(errs...)
 }
@@ -168,4 +168,27 @@ func (b *Box) removeCgroup() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// lineDiff returns the lines of a missing from b and those of b missing from a.
+func lineDiff(a, b []byte) (gone, added []string) {
+	in := func(s []byte) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range strings.Split(string(s), "\n") {
+			m[l] = true
+		}
+		return m
+	}
+	ma, mb := in(a), in(b)
+	for l := range ma {
+		if !mb[l] {
+			gone = append(gone, l)
+		}
+	}
+	for l := range mb {
+		if !ma[l] {
+			added = append(added, l)
+		}
+	}
+	return gone, added
 }

@@ -63,10 +63,14 @@ func (b *Box) Path(path string) string {
 	return fmt.Sprintf("/proc/%d/root%s", b.PID, filepath.Clean("/"+path))
 }
 
-// Install writes a unit file to /etc/systemd/system in the box and runs
-// systemctl daemon-reload.
+// Install writes a unit file (or a drop-in, "name.service.d/x.conf") to
+// /etc/systemd/system in the box and runs systemctl daemon-reload.
 func (b *Box) Install(ctx context.Context, name, content string) error {
-	if err := os.WriteFile(b.Path("/etc/systemd/system/"+name), []byte(content), 0o644); err != nil {
+	path := b.Path("/etc/systemd/system/" + name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("sysdbox: install %s: %w", name, err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		return fmt.Errorf("sysdbox: install %s: %w", name, err)
 	}
 	_, err := b.Systemctl(ctx, "daemon-reload")
