@@ -39,9 +39,12 @@
 // Close sends SIGRTMIN+4 (poweroff) to systemd until it exits, at most 60 s,
 // then kills what is left with cgroup.kill. It checks that every process the
 // box had (PID and start time) is gone and the cgroup empty, removes the
-// cgroup tree, and checks that the test process's /proc/self/mountinfo is the
-// one it had at Boot. TestBoot checks the machine's side: sentinel files in
-// /tmp, /var/tmp and /run survive, the box's files do not appear there.
+// cgroup tree, and checks that the test process's /proc/self/mountinfo lost
+// no mount it had at Boot and gained none of the box's (others may come and
+// go: other tests on the machine mount too). TestBoot checks the machine's
+// side: sentinel files in /tmp, /var/tmp and /run survive, and so does every
+// entry of /tmp and /run older than 10 minutes (younger ones may be other
+// tests'); the box's files do not appear there.
 //
 // # Privilege
 //
