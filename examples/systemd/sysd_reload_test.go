@@ -20,10 +20,11 @@ import (
 // When systemctl reload returns, MainPID is already the new process and the
 // unit is active again; the new generation answers; no request fails, the
 // socket's inode never changes, no restart happened, and each old generation
-// exits, leaving one process in the service's cgroup.
+// exits, leaving one process in the service's cgroup. With WatchdogSec=2 the
+// last successor is not killed: systemd takes its WATCHDOG=1.
 func TestSystemdReload(t *testing.T) {
 	netnstest.CheckLeaks(t)
-	u := bootExample(t, true, nil)
+	u := bootExample(t, true, map[string]string{service + ".d/watchdog.conf": "[Service]\nWatchdogSec=2\n"})
 	u.systemctl("start", socket, service)
 	l := u.listener()
 	before := u.counters()
@@ -47,6 +48,13 @@ func TestSystemdReload(t *testing.T) {
 		}
 	}
 	ld.waitFor(t, strconv.Itoa(reloads+1), 20)
+	// WatchdogSec=2: the last generation, a successor that took over with
+	// MAINPID=, must be pinging, or systemd kills it within 2 s.
+	last := u.mainPID()
+	time.Sleep(5 * time.Second)
+	if pid := u.mainPID(); pid != last {
+		t.Errorf("MainPID %d 5 s after the last reload, was %d: the watchdog did not accept the successor's pings", pid, last)
+	}
 	byGen, failed := ld.stop()
 	t.Logf("%d reloads: answered by generation %v, failed %d", reloads, byGen, len(failed))
 	if len(failed) != 0 {
@@ -70,6 +78,26 @@ func procsIn(t *testing.T, u *unitBox, path string) string {
 		t.Fatal(err)
 	}
 	return strings.Join(strings.Fields(string(out)), " ")
+}
+
+// TestSystemdReloadNotifyAccessMain: with NotifyAccess=main (the Type=notify
+// default) systemd drops every message of the successor ("reception only
+// permitted for main PID"), MAINPID= included. When the old main process
+// exits after the handoff, systemd takes that for the service's end
+// ("Deactivated successfully") and stops the successor that was serving,
+// while "systemctl reload" still reports success. Hence NotifyAccess=all.
+func TestSystemdReloadNotifyAccessMain(t *testing.T) {
+	netnstest.CheckLeaks(t)
+	u := bootExample(t, true, map[string]string{service + ".d/notify.conf": "[Service]\nNotifyAccess=main\n"})
+	u.systemctl("start", socket, service)
+	u.systemctl("reload", service)
+	u.waitJournal("reception only permitted for main PID")
+	u.waitFor("the service inactive after the old main process exited", func() bool {
+		return u.show("ActiveState") == "inactive"
+	})
+	if pid := u.mainPID(); pid != 0 {
+		t.Errorf("MainPID %d after the service ended", pid)
+	}
 }
 
 // TestSystemdStop: "systemctl stop" of the service (fd store only, no socket

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -34,11 +35,44 @@ func TestSystemdSocketActivation(t *testing.T) {
 	if n := u.show("NFileDescriptorStore"); n != "1" {
 		t.Errorf("NFileDescriptorStore %s after -store of the activated socket, want 1", n)
 	}
+	if env := u.listenEnv(pid); env != fmt.Sprintf("LISTEN_PID=%d LISTEN_FDS=1 LISTEN_FDNAMES=http", pid) {
+		t.Errorf("first start's environment: %q", env)
+	}
+	// A restart passes the socket unit's fds first, then the fd store's:
+	// the same socket twice, both named http. The example takes the first
+	// and closes the other.
+	u.systemctl("restart", service)
+	pid = u.mainPID()
+	if env := u.listenEnv(pid); env != fmt.Sprintf("LISTEN_PID=%d LISTEN_FDS=2 LISTEN_FDNAMES=http:http", pid) {
+		t.Errorf("environment after a restart: %q", env)
+	}
+	if got, want := u.get(), body(1, pid, l.Inode); got != want {
+		t.Errorf("after the restart: %q, want %q", got, want)
+	}
 	u.systemctl("stop", socket, service)
 	if n := u.listeners(); n != 0 {
 		t.Errorf("%d listeners on %d after stopping both units, want 0", n, boxPort)
 	}
 	u.noLoss(before)
+}
+
+// listenEnv returns the LISTEN_* variables pid was started with (its
+// /proc/PID/environ, which Activated's unsetenv does not change), in order.
+func (u *unitBox) listenEnv(pid int) string {
+	u.t.Helper()
+	b, err := os.ReadFile(u.Path(fmt.Sprintf("/proc/%d/environ", pid)))
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	var got []string
+	for _, k := range []string{"LISTEN_PID=", "LISTEN_FDS=", "LISTEN_FDNAMES="} {
+		for _, kv := range strings.Split(string(b), "\x00") {
+			if strings.HasPrefix(kv, k) {
+				got = append(got, kv)
+			}
+		}
+	}
+	return strings.Join(got, " ")
 }
 
 // TestSystemdRestartFDStore: the service without its socket unit, so the fd
