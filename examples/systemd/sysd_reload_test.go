@@ -132,10 +132,9 @@ func TestSystemdStop(t *testing.T) {
 		t.Errorf("failures %v: an accepted request was not answered (EOF, timeout or other): %v", tally, failed)
 	}
 	// A client waits for one request at a time, so at most one per worker
-	// was queued when systemd closed the stored socket; each reset and each
-	// refused SYN is one RST of the box, and there is no other.
-	if tally[netnstest.Reset] > workers || rsts != tally[netnstest.Reset]+tally[netnstest.Refused] {
-		t.Errorf("%d resets (at most %d) and %d refused, Tcp.OutRsts +%d: want it to count exactly those", tally[netnstest.Reset], workers, tally[netnstest.Refused], rsts)
+	// was queued when systemd closed the stored socket.
+	if tally[netnstest.Reset] > workers {
+		t.Errorf("%d resets, want at most one per client (%d)", tally[netnstest.Reset], workers)
 	}
 	j := u.waitJournal("stopped: release")
 	if want := fmt.Sprintf("Got notification message from PID %d (STOPPING=1, STATUS=generation 1 draining)", pid); !strings.Contains(j, want) {
