@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 )
@@ -100,9 +102,12 @@ func TestSystemdRestartFDStore(t *testing.T) {
 	ld := startLoadVia(t, boxURL, 4, u.DialContext)
 	ld.waitFor(t, "1", 20)
 	const restarts = 20
+	var took []time.Duration
 	for i := range restarts {
 		old := u.mainPID()
+		start := time.Now()
 		u.systemctl("restart", service)
+		took = append(took, time.Since(start))
 		pid := u.mainPID()
 		if pid == old || pid == 0 {
 			t.Fatalf("restart %d: MainPID %d, was %d", i+1, pid, old)
@@ -121,7 +126,7 @@ func TestSystemdRestartFDStore(t *testing.T) {
 		}
 	}
 	byGen, failed := ld.stop()
-	t.Logf("%d restarts: answered %v, failed %d", restarts, byGen, len(failed))
+	t.Logf("%d restarts: answered %v, failed %d; systemctl restart took %s", restarts, byGen, len(failed), spread(took))
 	if len(failed) != 0 || byGen["1"] == 0 {
 		t.Errorf("failed requests %v (answered %v), want none", failed, byGen)
 	}
@@ -136,4 +141,11 @@ func TestSystemdRestartFDStore(t *testing.T) {
 	if n := u.listeners(); n != 0 {
 		t.Errorf("%d listeners on %d after stop, want 0 (the store released the socket)", n, boxPort)
 	}
+}
+
+// spread is "median M, max X" of ds.
+func spread(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return fmt.Sprintf("median %s, max %s", s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // Close powers the box off (SIGRTMIN+4 to its systemd, at most 60 s), then
-// kills whatever is left with cgroup.kill, and checks that every process the
+// kills whatever is left by PID, and checks that every process the
 // box had (by PID and start time) is gone, that its cgroup is empty and
 // removed, and that the test process lost no mount and gained none of the box's.
 // It returns what it found wrong. Safe to call more than once.
@@ -61,13 +61,23 @@ func (b *Box) poweroff() bool {
 	}
 }
 
-// kill ends every process of the box's cgroup and unshare, and waits (bounded).
+// kill sends SIGKILL to every process of the box's cgroup and to unshare,
+// by PID, until unshare has exited (at most killTimeout). Once PID 1 of the
+// box is dead the kernel kills the rest of its PID namespace.
 func (b *Box) kill() {
-	os.WriteFile(filepath.Join(b.cgroup, "cgroup.kill"), []byte("1"), 0)
-	b.cmd.Process.Kill()
-	select {
-	case <-b.done:
-	case <-time.After(killTimeout):
+	deadline := time.After(killTimeout)
+	for {
+		for _, pid := range b.cgroupPIDs() {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		b.cmd.Process.Kill()
+		select {
+		case <-b.done:
+			return
+		case <-deadline:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 

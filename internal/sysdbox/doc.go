@@ -37,7 +37,7 @@
 // # Teardown
 //
 // Close sends SIGRTMIN+4 (poweroff) to systemd until it exits, at most 60 s,
-// then kills what is left with cgroup.kill. It checks that every process the
+// then kills what is left, by PID (its cgroup lists them). It checks that every process the
 // box had (PID and start time) is gone and the cgroup empty, removes the
 // cgroup tree, and checks that the test process's /proc/self/mountinfo lost
 // no mount it had at Boot and gained none of the box's (others may come and
