@@ -15,7 +15,8 @@ import (
 
 // TestBoot boots the real systemd and checks the box from both sides: PID 1
 // is systemd with container=zerodrop-test, its network namespace is not the
-// test's, a unit installed in it runs and logs to its journal, what it
+// test's, its /, /tmp, /var/tmp and /run are setup.sh's overlay and tmpfs
+// mounts, a unit installed in it runs and logs to its journal, what it
 // writes to /tmp and /run stays in it; and after Close the machine's /tmp,
 // /var/tmp and /run still hold what they held (a sentinel file in each, 30
 // days old, and every entry older than 10 minutes), no process of the box
@@ -37,6 +38,12 @@ func TestBoot(t *testing.T) {
 	}
 	if env, err := os.ReadFile(b.Path("/proc/1/environ")); err != nil || !strings.Contains(string(env), "container=zerodrop-test\x00") {
 		t.Errorf("PID 1's environment %q (%v), want container=zerodrop-test", env, err)
+	}
+	mounts := boxMounts(t, b)
+	for mp, want := range map[string]string{"/": "overlay zerodrop-sysdbox", "/tmp": "tmpfs zerodrop-sysdbox", "/var/tmp": "tmpfs zerodrop-sysdbox", "/run": "tmpfs zerodrop-sysdbox"} {
+		if got := mounts[mp]; got != want {
+			t.Errorf("the box's %s is mounted as %q, want %q", mp, got, want)
+		}
 	}
 	for _, s := range sentinels {
 		if got := run(t, b, "sh", "-c", "test -e "+s+" && echo visible || echo hidden"); got != "hidden" {
@@ -89,6 +96,25 @@ func TestBoot(t *testing.T) {
 			}
 		}
 	}
+}
+
+// boxMounts maps each mount point of the box's PID 1 to "type source" of
+// its last (topmost) mount.
+func boxMounts(t *testing.T, b *Box) map[string]string {
+	t.Helper()
+	mi, err := os.ReadFile(b.Path("/proc/1/mountinfo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(mi)), "\n") {
+		pre, post, _ := strings.Cut(l, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) >= 5 && len(g) >= 2 {
+			m[f[4]] = g[0] + " " + g[1]
+		}
+	}
+	return m
 }
 
 // run runs args in the box and returns the trimmed output.
