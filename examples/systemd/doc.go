@@ -56,6 +56,33 @@
 // never sees its main process exit; if the handoff then fails, the successor
 // gives MAINPID back to its parent.
 //
+// # Under the real systemd
+//
+// The sysd*_test.go tests boot Debian's systemd 252 as PID 1 of a sandbox
+// (internal/sysdbox) and run these units there, with clients inside the
+// sandbox's network namespace opening a new connection per request:
+//
+//   - TestSystemdSocketActivation: nothing runs until the first request,
+//     which starts the service and is answered from the socket systemd bound;
+//     the first start gets LISTEN_PID=<its pid> LISTEN_FDS=1
+//     LISTEN_FDNAMES=http, a restart LISTEN_FDS=2 LISTEN_FDNAMES=http:http
+//     (the socket unit's fd and the store's copy of the same socket; -store
+//     leaves NFileDescriptorStore at 1).
+//   - TestSystemdRestartFDStore (no socket unit): 20 systemctl restart, 0
+//     failed requests, NFileDescriptorStore 1 and the same socket inode
+//     throughout; systemctl stop empties the store and closes the socket.
+//     Restarts count against StartLimitBurst= (5 in 10 s).
+//   - TestSystemdReload: 20 systemctl reload, 0 failed; when the command
+//     returns, MainPID is the new generation and the unit active again; the
+//     last successor's watchdog pings are accepted (WatchdogSec=2).
+//     TestSystemdReloadNotifyAccessMain shows why NotifyAccess=all.
+//   - TestSystemdStop: STOPPING=1 reaches systemd, every accepted request is
+//     answered; clients still queued when systemd closes the stored socket
+//     after the process exited are reset (at most one per client).
+//   - TestSystemdWatchdog: a process hung by SIGSTOP is killed by the
+//     watchdog and restarted; the clients that queued meanwhile are answered
+//     by the new process from the same socket.
+//
 // # The units
 //
 // zerodrop-example.socket and zerodrop-example.service (comments on each

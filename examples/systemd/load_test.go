@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -23,8 +25,14 @@ type load struct {
 // startLoad runs workers against url until stop, for at most 2 minutes and
 // 100000 requests each.
 func startLoad(t *testing.T, url string, workers int) *load {
+	return startLoadVia(t, url, workers, nil)
+}
+
+// startLoadVia is startLoad with each connection dialled by dial (nil: the
+// default dialer).
+func startLoadVia(t *testing.T, url string, workers int, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *load {
 	l := &load{stopc: make(chan struct{}), byGen: map[string]int{}}
-	tr := &http.Transport{DisableKeepAlives: true}
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: dial}
 	c := &http.Client{Timeout: 10 * time.Second, Transport: tr}
 	deadline := time.Now().Add(2 * time.Minute)
 	for range workers {

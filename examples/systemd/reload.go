@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/zerodrop/zerodrop/drain"
@@ -46,7 +47,7 @@ func listenHandoff(ctx context.Context, c *config, u *handoff.Upgrader, act *sys
 	switch {
 	case u.Generation() > 1:
 		how = "inherited"
-	case act != nil && slices.Contains(act.Available(), c.name):
+	case offers(act, c.name):
 		how = "from systemd"
 	}
 	l, err := u.Listen(ctx, c.name, "tcp", c.addr)
@@ -58,6 +59,12 @@ func listenHandoff(ctx context.Context, c *config, u *handoff.Upgrader, act *sys
 		return nil, "", err
 	}
 	return l, how, nil
+}
+
+// offers reports whether systemd passed an fd named name (Available lists
+// "name=network:address").
+func offers(act *systemd.Activation, name string) bool {
+	return slices.ContainsFunc(act.Available(), func(a string) bool { return strings.HasPrefix(a, name+"=") })
 }
 
 // announce tells the predecessor (if any) and systemd that we serve. A
