@@ -18,12 +18,15 @@ type Process struct {
 
 // Member is one TCP listener as the kernel reports it (NETLINK_SOCK_DIAG).
 type Member struct {
-	Addr      netip.AddrPort `json:"addr"`
-	Inode     uint64         `json:"inode"`
-	UID       uint32         `json:"uid"`     // socket owner
-	Queue     uint32         `json:"queue"`   // accept-queue length
-	Backlog   uint32         `json:"backlog"` // listen backlog
-	Processes []Process      `json:"processes,omitempty"`
+	Addr    netip.AddrPort `json:"addr"`
+	Inode   uint64         `json:"inode"`
+	UID     uint32         `json:"uid"`     // socket owner
+	Queue   uint32         `json:"queue"`   // accept-queue length
+	Backlog uint32         `json:"backlog"` // listen backlog
+	// CPU is the member's SO_INCOMING_CPU, read through a process holding
+	// it: a CPU number, CPUNone, or CPUUnknown. inet_diag does not show it.
+	CPU       int       `json:"cpu"`
+	Processes []Process `json:"processes,omitempty"`
 }
 
 // String describes the member for error messages.
@@ -104,7 +107,7 @@ func inspect(ctx context.Context, port uint16, match func(netip.AddrPort) bool) 
 	var inodes []uint64
 	for _, l := range ls {
 		if match(l.Addr) {
-			g.Members = append(g.Members, Member{Addr: l.Addr, Inode: l.Inode, UID: l.UID, Queue: l.Queue, Backlog: l.Backlog})
+			g.Members = append(g.Members, Member{Addr: l.Addr, Inode: l.Inode, UID: l.UID, Queue: l.Queue, Backlog: l.Backlog, CPU: CPUUnknown})
 			inodes = append(inodes, l.Inode)
 		}
 	}
@@ -123,6 +126,7 @@ func inspect(ctx context.Context, port uint16, match func(netip.AddrPort) bool) 
 			g.Members[i].Processes = append(g.Members[i].Processes, Process{PID: p.PID, Comm: p.Comm, UID: p.UID})
 		}
 	}
+	g.readCPUs()
 	g.Unreadable = unreadable
 	if len(unreadable) > 0 {
 		g.Note = fmt.Sprintf("could not read the fds of %d processes (%s): their sockets show no PID; another user's processes need root or CAP_SYS_PTRACE", len(unreadable), shortList(unreadable))

@@ -42,3 +42,15 @@ func Hidden() (string, error) {
 func Suspects(pids []int, self int) ([]int, error) {
 	return nil, fmt.Errorf("sockdiag: suspects: %w", errors.ErrUnsupported)
 }
+
+// Handshakes needs NETLINK_SOCK_DIAG; on this system it returns an error
+// wrapping errors.ErrUnsupported.
+func Handshakes(port uint16) ([]Handshake, error) {
+	return nil, fmt.Errorf("sockdiag: handshakes: %w", errors.ErrUnsupported)
+}
+
+// FDs needs Linux's /proc; on this system it returns an error wrapping
+// errors.ErrUnsupported.
+func FDs(pid int, inode uint64) ([]int, error) {
+	return nil, fmt.Errorf("sockdiag: fds: %w", errors.ErrUnsupported)
+}
