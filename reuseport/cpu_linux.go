@@ -145,8 +145,8 @@ func ReadIncomingCPU(c syscall.Conn) (int, error) {
 }
 
 // memberCPU reads SO_INCOMING_CPU of the socket inode through a copy of the
-// fd pid holds it under (pidfd_getfd, Linux 5.6, allowed where ptrace is).
-// inet_diag does not report the value.
+// fd pid (as /proc numbers it) holds it under (pidfd_getfd, Linux 5.6,
+// allowed where ptrace is). inet_diag does not report the value.
 func memberCPU(pid int, inode uint64) (int, error) {
 	fds, err := sockdiag.FDs(pid, inode)
 	if err != nil {
@@ -155,7 +155,11 @@ func memberCPU(pid int, inode uint64) (int, error) {
 	if len(fds) == 0 {
 		return CPUUnknown, fmt.Errorf("pid %d no longer holds socket inode %d", pid, inode)
 	}
-	pfd, err := unix.PidfdOpen(pid, 0)
+	local, err := sockdiag.LocalPID(pid)
+	if err != nil {
+		return CPUUnknown, err
+	}
+	pfd, err := unix.PidfdOpen(local, 0)
 	if err != nil {
 		return CPUUnknown, os.NewSyscallError("pidfd_open", err)
 	}

@@ -230,3 +230,21 @@ func inode(t *testing.T, c interface {
 	}
 	return st.Ino
 }
+
+// In a PID namespace that kept its parent's /proc (as the restart benchmark's
+// runs and some container runtimes do), /proc's PIDs are not ours: Inspect
+// still reads each member's CPU.
+func TestMemberCPUInPIDNamespace(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0, PIDNamespace: true}, func(t *testing.T) {
+		cpus := onlineCPUs(t)
+		cpu := cpus[1]
+		l := listen(t, &reuseport.Config{Options: reuseport.Options{IncomingCPU: &cpu}}, "127.0.0.1:0")
+		g, err := reuseport.Inspect(ctx, l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(g.Members) != 1 || g.Members[0].CPU != cpu {
+			t.Fatalf("members %+v, want one with cpu %d", g.Members, cpu)
+		}
+	})
+}

@@ -54,3 +54,9 @@ func Handshakes(port uint16) ([]Handshake, error) {
 func FDs(pid int, inode uint64) ([]int, error) {
 	return nil, fmt.Errorf("sockdiag: fds: %w", errors.ErrUnsupported)
 }
+
+// LocalPID needs Linux's /proc; on this system it returns an error wrapping
+// errors.ErrUnsupported.
+func LocalPID(procPID int) (int, error) {
+	return 0, fmt.Errorf("sockdiag: local pid: %w", errors.ErrUnsupported)
+}

@@ -30,6 +30,23 @@ func serveDrain(ctx context.Context, w *Worker) error {
 	return w.ServeDrained(ln, func() error { return nil }, ctx.Done())
 }
 
+// serveCPU is a reuseport worker with SO_INCOMING_CPU set to EnvCPU (the
+// pool gives each CPU two workers), tcp_migrate_req=0, stopped by
+// drain.Server with StepOut: it steps out of the group's pick, waits out its
+// handshakes, accepts what is queued, and shuts down.
+func serveCPU(ctx context.Context, w *Worker) error {
+	cpu, err := strconv.Atoi(os.Getenv(EnvCPU))
+	if err != nil {
+		return fmt.Errorf("%s: %w", EnvCPU, err)
+	}
+	cfg := reuseport.Config{Migration: reuseport.MigrationIgnore, SkipUIDCheck: true, Options: reuseport.Options{IncomingCPU: &cpu}}
+	ln, err := cfg.Listen(ctx, "tcp", w.Addr)
+	if err != nil {
+		return err
+	}
+	return w.ServeDrained(ln, func() error { return nil }, ctx.Done(), drain.Options{StepOut: true})
+}
+
 // serveHandoff inherits its listener from its predecessor over the handoff
 // socket (or creates it, the first time), serves, calls Ready, and drains
 // once its successor is ready. The socket itself never closes.
