@@ -271,3 +271,78 @@ func waitQueued(t *testing.T, n uint32, ls ...*reuseport.Listener) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A handshake in flight at our member when it steps out is waited for: a
+// client whose final ACK TCP_DEFER_ACCEPT holds back (its request socket
+// waits for data) sends its byte 300 ms into the stop, lands in our queue
+// and is answered, with tcp_migrate_req=0. Without the wait the shutdown
+// drops the request socket and the client's byte is answered by a reset.
+func TestStepOutWaitsForHandshakes(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		cpus := cpusForStepOut(t)
+		cfg := reuseport.Config{Migration: reuseport.MigrationIgnore, Options: reuseport.Options{IncomingCPU: &cpus[0], DeferAccept: 5 * time.Second}}
+		ours, err := cfg.Listen(context.Background(), "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ours.Addr().String()
+		c, err := net.DialTimeout("tcp4", addr, 3*time.Second) // ours is alone: its handshake
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cfg.Options = reuseport.Options{}
+		survivors, err := cfg.ListenPerCPU(context.Background(), "tcp4", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for _, s := range survivors {
+			wg.Add(1)
+			go func() { defer wg.Done(); echo(s) }()
+		}
+		defer func() {
+			for _, s := range survivors {
+				s.Close()
+			}
+			wg.Wait()
+		}()
+		dl, err := drain.Wrap(ours, drain.Options{StepOut: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan int, 1)
+		go func() { served <- echo(dl) }()
+		snap := netnstest.Snapshot(t)
+		type result struct {
+			r   *drain.Report
+			err error
+		}
+		stopped := make(chan result, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			r, err := dl.Stop(ctx)
+			stopped <- result{r, err}
+		}()
+		time.Sleep(300 * time.Millisecond) // whether the stop waits by then or has not begun, nothing may be lost
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, werr := c.Write([]byte{'x'})
+		b := make([]byte, 1)
+		_, rerr := io.ReadFull(c, b)
+		res := <-stopped
+		n := <-served
+		d := snap.Delta(t, outRsts)
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		r := res.r
+		t.Logf("method %s, handshakes at step-out %d, left %d, drain took %v; served %d; Tcp.OutRsts +%d", r.Method, r.HandshakesAtStepOut, r.HandshakesLeft, r.DrainTook, n, d[outRsts])
+		if werr != nil || rerr != nil || b[0] != 'x' {
+			t.Errorf("client: write %v, read %q %v; want its byte back", werr, b, rerr)
+		}
+		if r.Method != drain.MethodStepOut || r.HandshakesAtStepOut < 1 || r.HandshakesLeft != 0 || n != 1 || d[outRsts] != 0 {
+			t.Errorf("report %+v, served %d, Tcp.OutRsts +%d: want step-out waiting for 1 handshake, served 1, no reset", r, n, d[outRsts])
+		}
+	})
+}

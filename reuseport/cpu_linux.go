@@ -144,45 +144,6 @@ func ReadIncomingCPU(c syscall.Conn) (int, error) {
 	return cpu, err
 }
 
-// memberCPU reads SO_INCOMING_CPU of the socket inode through a copy of the
-// fd pid (as /proc numbers it) holds it under (pidfd_getfd, Linux 5.6,
-// allowed where ptrace is). inet_diag does not report the value.
-func memberCPU(pid int, inode uint64) (int, error) {
-	fds, err := sockdiag.FDs(pid, inode)
-	if err != nil {
-		return CPUUnknown, err
-	}
-	if len(fds) == 0 {
-		return CPUUnknown, fmt.Errorf("pid %d no longer holds socket inode %d", pid, inode)
-	}
-	local, err := sockdiag.LocalPID(pid)
-	if err != nil {
-		return CPUUnknown, err
-	}
-	pfd, err := unix.PidfdOpen(local, 0)
-	if err != nil {
-		return CPUUnknown, os.NewSyscallError("pidfd_open", err)
-	}
-	defer unix.Close(pfd)
-	fd, err := unix.PidfdGetfd(pfd, fds[0], 0)
-	if err != nil {
-		return CPUUnknown, os.NewSyscallError("pidfd_getfd", err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return CPUUnknown, os.NewSyscallError("fstat", err)
-	}
-	if st.Ino != inode { // the fd was closed and reused meanwhile
-		return CPUUnknown, fmt.Errorf("pid %d fd %d is no longer socket inode %d", pid, fds[0], inode)
-	}
-	cpu, err := linux.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_INCOMING_CPU)
-	if err != nil {
-		return CPUUnknown, os.NewSyscallError("getsockopt SO_INCOMING_CPU", err)
-	}
-	return cpu, nil
-}
-
 // readCPUs fills each member's CPU from the first of its processes that lets
 // us read it.
 func (g *Group) readCPUs() {
@@ -190,7 +151,7 @@ func (g *Group) readCPUs() {
 		m := &g.Members[i]
 		m.CPU = CPUUnknown
 		for _, p := range m.Processes {
-			if cpu, err := memberCPU(p.PID, m.Inode); err == nil {
+			if cpu, err := sockdiag.IncomingCPU(p.PID, m.Inode); err == nil {
 				m.CPU = cpu
 				break
 			}

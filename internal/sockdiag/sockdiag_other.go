@@ -60,3 +60,9 @@ func FDs(pid int, inode uint64) ([]int, error) {
 func LocalPID(procPID int) (int, error) {
 	return 0, fmt.Errorf("sockdiag: local pid: %w", errors.ErrUnsupported)
 }
+
+// IncomingCPU needs Linux; on this system it returns an error wrapping
+// errors.ErrUnsupported.
+func IncomingCPU(pid int, inode uint64) (int, error) {
+	return -2, fmt.Errorf("sockdiag: incoming cpu: %w", errors.ErrUnsupported)
+}
