@@ -38,9 +38,10 @@ var strategies = map[string]*strategy{
 	"migrate": {name: "migrate", migrateReq: 1, serve: serveMigrate},
 	"handoff": {name: "handoff", migrateReq: 0, single: true, serve: serveHandoff},
 	"ebpf":    {name: "ebpf", migrateReq: 0, bpf: true, serve: serveEBPF},
+	"cpu":     {name: "cpu", migrateReq: 0, serve: serveCPU},
 }
 
-var order = []string{"close", "migrate", "handoff", "ebpf"}
+var order = []string{"close", "migrate", "handoff", "ebpf", "cpu"}
 
 // strategyNames lists every strategy in run order.
 func strategyNames() []string { return slices.Clone(order) }
@@ -127,6 +128,52 @@ func serveEBPF(ctx context.Context, w worker) (workerReport, error) {
 	ds := &drain.Server{HTTP: newServer(w.gen), Listener: drain.Options{Steerer: m.Group()}}
 	ready := func() error { w.ready(w.gen); return nil }
 	return serveDrained(ds, ln, ready, ctx.Done(), rep)
+}
+
+// serveCPU steps out instead of steering, with no privilege: reuseport
+// listeners with SO_INCOMING_CPU (each worker takes the online CPU with the
+// fewest members, so a group of at least as many workers as CPUs covers
+// them all) and tcp_migrate_req=0. drain.Server with StepOut clears the
+// stopping worker's CPU, so that (Linux 6.1+) the kernel gives it no new
+// connection, waits out its handshakes, accepts what is queued and closes.
+func serveCPU(ctx context.Context, w worker) (workerReport, error) {
+	rep := workerReport{Generation: w.gen}
+	cpu, err := leastCoveredCPU(ctx, w.addr)
+	if err != nil {
+		return rep, err
+	}
+	cfg := reuseport.Config{Migration: reuseport.MigrationIgnore, Options: reuseport.Options{IncomingCPU: &cpu}}
+	ln, err := cfg.Listen(ctx, "tcp4", w.addr)
+	if err != nil {
+		return rep, err
+	}
+	ds := &drain.Server{HTTP: newServer(w.gen), Listener: drain.Options{StepOut: true}}
+	ready := func() error { w.ready(w.gen); return nil }
+	return serveDrained(ds, ln, ready, ctx.Done(), rep)
+}
+
+// leastCoveredCPU returns the online CPU that the fewest members of the
+// group on addr prefer (the lowest of a tie).
+func leastCoveredCPU(ctx context.Context, addr string) (int, error) {
+	cpus, err := reuseport.OnlineCPUs()
+	if err != nil {
+		return 0, err
+	}
+	g, err := reuseport.Inspect(ctx, addr)
+	if err != nil {
+		return 0, err
+	}
+	n := map[int]int{}
+	for _, m := range g.Members {
+		n[m.CPU]++
+	}
+	best := cpus[0]
+	for _, c := range cpus {
+		if n[c] < n[best] {
+			best = c
+		}
+	}
+	return best, nil
 }
 
 // serveHandoff is one server upgraded in place: it inherits its listener
