@@ -1,15 +1,11 @@
 package steer_test
 
 import (
-	"flag"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,35 +24,10 @@ const envBenchNetNS = "ZERODROP_STEER_BENCH_NETNS"
 // itself in a fresh network namespace (root only); the numbers are the
 // sub-benchmark lines of that child, printed above the parent's SKIP line.
 func BenchmarkAccept(b *testing.B) {
-	if os.Getenv(envBenchNetNS) == "" {
-		benchInNamespace(b)
+	if !netnstest.BenchInNamespace(b, envBenchNetNS) {
 		return
 	}
-	if err := loUp(); err != nil {
-		b.Fatal(err)
-	}
 	b.Run("interleaved", benchInterleaved)
-}
-
-// benchInNamespace runs this benchmark again in a child in a new network
-// namespace, with the parent's -test.benchtime, -test.count and -test.cpu,
-// and skips the parent (which go test runs only once after a skip).
-func benchInNamespace(b *testing.B) {
-	netnstest.RequirePrivileged(b)
-	args := []string{"-test.run=^$", "-test.bench=^" + b.Name() + "$"}
-	for _, name := range []string{"test.benchtime", "test.count", "test.cpu"} {
-		if f := flag.Lookup(name); f != nil {
-			args = append(args, "-"+name+"="+f.Value.String())
-		}
-	}
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), envBenchNetNS+"=1")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Run(); err != nil {
-		b.Fatalf("benchmark child: %v", err)
-	}
-	b.Skip("measured in a namespace child: see its lines above")
 }
 
 // acceptGroup is a two-member group whose members accept and close.
@@ -177,22 +148,4 @@ func benchInterleaved(b *testing.B) {
 	if after, err := prog.Stats(); err == nil && after.RunCount > before.RunCount {
 		b.ReportMetric(float64(after.Runtime-before.Runtime)/float64(after.RunCount-before.RunCount), "prog-ns/run")
 	}
-}
-
-// loUp sets IFF_UP on lo in the benchmark child's namespace.
-func loUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return os.NewSyscallError("socket", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return os.NewSyscallError("ioctl SIOCGIFFLAGS", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return os.NewSyscallError("ioctl SIOCSIFFLAGS", unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr))
 }
