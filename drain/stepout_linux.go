@@ -73,6 +73,7 @@ func (l *Listener) stepOut(ctx context.Context, id identity) error {
 		if err != nil {
 			return err
 		}
+		g.ReadCPUs()
 		return g.CheckCovered(addr, online, id.ino)
 	}
 	// Step out first and check after: a process stepping another member

@@ -144,9 +144,13 @@ func ReadIncomingCPU(c syscall.Conn) (int, error) {
 	return cpu, err
 }
 
-// readCPUs fills each member's CPU from the first of its processes that lets
-// us read it.
-func (g *Group) readCPUs() {
+// ReadCPUs fills each member's CPU (Inspect leaves it CPUUnknown) from the
+// first of its processes that lets us: through a copy of that process's fd
+// (pidfd_getfd, Linux 5.6; the same UID or root, as for ptrace), since
+// sock_diag does not report SO_INCOMING_CPU. The copy lives for one
+// getsockopt; a holder that closes the socket meanwhile leaves its last
+// close to us, microseconds later. Members it cannot read stay CPUUnknown.
+func (g *Group) ReadCPUs() {
 	for i := range g.Members {
 		m := &g.Members[i]
 		m.CPU = CPUUnknown

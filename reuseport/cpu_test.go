@@ -120,6 +120,7 @@ func TestPinnedClients(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		g.ReadCPUs()
 		if len(g.Members) != len(ls) || !g.PrefersCPU() || g.Uncovered(cpus) != nil {
 			t.Fatalf("group %+v: want %d members covering %v", g.Members, len(ls), cpus)
 		}
@@ -191,6 +192,10 @@ func TestUncovered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if got := g.Uncovered(cpus); !slices.Equal(got, cpus) {
+			t.Errorf("before ReadCPUs, Uncovered = %v, want every CPU %v", got, cpus)
+		}
+		g.ReadCPUs()
 		if got := g.Uncovered(cpus); !slices.Equal(got, cpus[1:]) {
 			t.Errorf("Uncovered = %v, want %v", got, cpus[1:])
 		}
@@ -208,6 +213,7 @@ func TestUncovered(t *testing.T) {
 		if g, err = reuseport.Inspect(ctx, l.Addr().String()); err != nil {
 			t.Fatal(err)
 		}
+		g.ReadCPUs()
 		if len(cpus) == 2 && g.CheckCovered(l.Addr().String(), cpus) != nil {
 			t.Errorf("after SetIncomingCPU(%d) on the other member: %v", cpus[1], g.CheckCovered(l.Addr().String(), cpus))
 		}
@@ -243,6 +249,7 @@ func TestMemberCPUInPIDNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		g.ReadCPUs()
 		if len(g.Members) != 1 || g.Members[0].CPU != cpu {
 			t.Fatalf("members %+v, want one with cpu %d", g.Members, cpu)
 		}

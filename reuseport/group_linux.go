@@ -23,8 +23,8 @@ type Member struct {
 	UID     uint32         `json:"uid"`     // socket owner
 	Queue   uint32         `json:"queue"`   // accept-queue length
 	Backlog uint32         `json:"backlog"` // listen backlog
-	// CPU is the member's SO_INCOMING_CPU, read through a process holding
-	// it: a CPU number, CPUNone, or CPUUnknown. inet_diag does not show it.
+	// CPU is the member's SO_INCOMING_CPU: a CPU number, CPUNone, or
+	// CPUUnknown (until Group.ReadCPUs reads it, or when no holder let it).
 	CPU       int       `json:"cpu"`
 	Processes []Process `json:"processes,omitempty"`
 }
@@ -126,7 +126,6 @@ func inspect(ctx context.Context, port uint16, match func(netip.AddrPort) bool) 
 			g.Members[i].Processes = append(g.Members[i].Processes, Process{PID: p.PID, Comm: p.Comm, UID: p.UID})
 		}
 	}
-	g.readCPUs()
 	g.Unreadable = unreadable
 	if len(unreadable) > 0 {
 		g.Note = fmt.Sprintf("could not read the fds of %d processes (%s): their sockets show no PID; another user's processes need root or CAP_SYS_PTRACE", len(unreadable), shortList(unreadable))

@@ -163,6 +163,7 @@ func leastCoveredCPU(ctx context.Context, addr string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	g.ReadCPUs()
 	n := map[int]int{}
 	for _, m := range g.Members {
 		n[m.CPU]++
