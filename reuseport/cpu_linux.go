@@ -214,7 +214,7 @@ type UncoveredError struct {
 func (e *UncoveredError) Error() string {
 	s := fmt.Sprintf("%s: %v: cpus %v", e.Addr, ErrUncovered, e.CPUs)
 	if e.Unknown > 0 {
-		s += fmt.Sprintf(" (%d members' SO_INCOMING_CPU could not be read: another user's processes need root or CAP_SYS_PTRACE)", e.Unknown)
+		s += fmt.Sprintf(" (%d members' SO_INCOMING_CPU could not be read: their holders exited, or are another user's, which needs root or CAP_SYS_PTRACE)", e.Unknown)
 	}
 	return s
 }

@@ -44,7 +44,7 @@ func serveCPU(ctx context.Context, w *Worker) error {
 	if err != nil {
 		return err
 	}
-	return w.ServeDrained(ln, func() error { return nil }, ctx.Done(), drain.Options{StepOut: true})
+	return w.ServeDrained(ln, func() error { return nil }, ctx.Done(), drain.Options{StepOut: true, OnReport: logNotStepOut})
 }
 
 // serveHandoff inherits its listener from its predecessor over the handoff
@@ -132,13 +132,24 @@ func (w *Worker) ServeDrained(ln net.Listener, ready func() error, stop <-chan s
 	return err
 }
 
+// logNotStepOut writes a listener's drain report to stderr (the run's
+// workers.log) when its stop did not step out of the group first.
+func logNotStepOut(r *drain.Report) {
+	if r.Method != drain.MethodStepOut {
+		b, _ := json.Marshal(r)
+		fmt.Fprintf(os.Stderr, "drain report %d: not stepped out: %s\n", os.Getpid(), b)
+	}
+}
+
 // logNotable writes a drain report to stderr (the run's workers.log) when it
 // shows anything but a clean drain: connections not accounted for, failed
-// migrations, resets sent during the stop, errors, connections closed
-// without a request or at the deadline.
+// migrations, resets sent during the stop, errors, a step-out refused or
+// handshakes left in flight, connections closed without a request or at the
+// deadline.
 func logNotable(r *drain.Report) {
 	h := r.HTTP
 	if r.Remainder == 0 && r.MigrateFailed == 0 && r.OutRsts == 0 && len(r.Errors) == 0 &&
+		r.StepOutRefused == "" && r.HandshakesLeft == 0 &&
 		(h == nil || (h.SilentClosed == 0 && len(h.Forced) == 0)) {
 		return
 	}
