@@ -81,32 +81,10 @@ func stepOutRace(t *testing.T) {
 	var servers sync.WaitGroup
 	for _, s := range survivors {
 		servers.Add(1)
-		go func() { defer servers.Done(); echo(s) }()
+		go func() { defer servers.Done(); netnstest.Echo(s) }()
 	}
-	var (
-		mu    sync.Mutex
-		tally = netnstest.Tally{}
-		quit  = make(chan struct{})
-		cwg   sync.WaitGroup
-	)
 	snap := netnstest.Snapshot(t)
-	for range clients {
-		cwg.Add(1)
-		go func() {
-			defer cwg.Done()
-			for {
-				select {
-				case <-quit:
-					return
-				default:
-				}
-				o := netnstest.Classify(exchange(addr))
-				mu.Lock()
-				tally[o]++
-				mu.Unlock()
-			}
-		}()
-	}
+	stopClients := netnstest.Loop(clients, func() error { return netnstest.Exchange(addr) })
 	start := time.Now()
 	rolls, served, handshakes := 0, 0, 0
 	var drainTook, took0 time.Duration
@@ -119,7 +97,7 @@ func stepOutRace(t *testing.T) {
 		var done sync.WaitGroup
 		done.Add(1)
 		n := 0
-		go func() { defer done.Done(); n = echo(dl) }()
+		go func() { defer done.Done(); n = netnstest.Echo(dl) }()
 		time.Sleep(life)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		r, err := dl.Stop(ctx)
@@ -137,8 +115,7 @@ func stepOutRace(t *testing.T) {
 		}
 	}
 	took := time.Since(start)
-	close(quit)
-	cwg.Wait()
+	tally := stopClients()
 	d := snap.Delta(t, outRsts, estabResets)
 	for _, s := range survivors {
 		s.Close()
@@ -152,54 +129,8 @@ func stepOutRace(t *testing.T) {
 	if rolls == 0 || tally[netnstest.Answered] == 0 || served == 0 {
 		t.Fatalf("no roll, no answer or nothing served by a rolled member: %d rolls, %v, served %d", rolls, tally, served)
 	}
-	lost := 0
-	for o, n := range tally {
-		if o != netnstest.Answered {
-			lost += n
-		}
-	}
-	if lost != 0 || d[outRsts] != 0 || d[estabResets] != 0 {
+	if lost := tally.Lost(); lost != 0 || d[outRsts] != 0 || d[estabResets] != 0 {
 		t.Fatalf("rolls lost %d exchanges (%v), Tcp.OutRsts +%d, Tcp.EstabResets +%d", lost, tally, d[outRsts], d[estabResets])
-	}
-}
-
-// exchange connects to addr, sends a byte and reads one back.
-func exchange(addr string) error {
-	c, err := net.DialTimeout("tcp4", addr, 2*time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write([]byte{'x'}); err != nil {
-		return err
-	}
-	_, err = io.ReadFull(c, make([]byte, 1))
-	return err
-}
-
-// echo serves l until Accept fails: each connection gets its first byte
-// back, and is closed. It returns how many it served.
-func echo(l net.Listener) int {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	n := 0
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return n
-		}
-		n++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			b := make([]byte, 1)
-			if _, err := io.ReadFull(c, b); err == nil {
-				c.Write(b)
-			}
-		}()
 	}
 }
 
@@ -230,8 +161,8 @@ func TestStepOutRefused(t *testing.T) {
 			}
 			var wg sync.WaitGroup
 			wg.Add(2)
-			go func() { defer wg.Done(); echo(keep) }()
-			go func() { defer wg.Done(); echo(dl) }()
+			go func() { defer wg.Done(); netnstest.Echo(keep) }()
+			go func() { defer wg.Done(); netnstest.Echo(dl) }()
 			r, err := dl.Stop(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -299,7 +230,7 @@ func TestStepOutWaitsForHandshakes(t *testing.T) {
 		var wg sync.WaitGroup
 		for _, s := range survivors {
 			wg.Add(1)
-			go func() { defer wg.Done(); echo(s) }()
+			go func() { defer wg.Done(); netnstest.Echo(s) }()
 		}
 		defer func() {
 			for _, s := range survivors {
@@ -312,7 +243,7 @@ func TestStepOutWaitsForHandshakes(t *testing.T) {
 			t.Fatal(err)
 		}
 		served := make(chan int, 1)
-		go func() { served <- echo(dl) }()
+		go func() { served <- netnstest.Echo(dl) }()
 		snap := netnstest.Snapshot(t)
 		type result struct {
 			r   *drain.Report

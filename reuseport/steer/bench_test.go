@@ -1,13 +1,8 @@
 package steer_test
 
 import (
-	"net"
 	"path/filepath"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
@@ -32,11 +27,10 @@ func BenchmarkAccept(b *testing.B) {
 
 // acceptGroup is a two-member group whose members accept and close.
 type acceptGroup struct {
-	addr     string
-	dir      string // pins of the steered group
-	ls       []*reuseport.Listener
-	accepted atomic.Int64
-	wg       sync.WaitGroup
+	addr string
+	dir  string // pins of the steered group
+	ls   []*reuseport.Listener
+	netnstest.Acceptor
 }
 
 func newAcceptGroup(b *testing.B, cfg *steer.Config) *acceptGroup {
@@ -48,51 +42,15 @@ func newAcceptGroup(b *testing.B, cfg *steer.Config) *acceptGroup {
 			g.dir = join(b, cfg, l).Group().Dir()
 		}
 		g.ls = append(g.ls, l)
-		g.wg.Add(1)
-		go func() {
-			defer g.wg.Done()
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				g.accepted.Add(1)
-				c.Close()
-			}
-		}()
+		g.Serve(l)
 	}
 	b.Cleanup(func() {
 		for _, l := range g.ls {
 			l.Close()
 		}
-		g.wg.Wait()
+		g.Wait()
 	})
 	return g
-}
-
-// batch connects n clients from 4 goroutines and waits (at most 10 s) until
-// the group accepted them all; it returns the time taken.
-func (g *acceptGroup) batch(n int) time.Duration {
-	start := time.Now()
-	want := g.accepted.Load() + int64(n)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(n) {
-				if c, err := net.Dial("tcp4", g.addr); err == nil {
-					c.Close()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for deadline := time.Now().Add(10 * time.Second); g.accepted.Load() < want && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Microsecond)
-	}
-	return time.Since(start)
 }
 
 // benchInterleaved alternates batches of 100 connections between a plain
@@ -119,32 +77,7 @@ func benchInterleaved(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const size = 100
-	var tp, ts time.Duration
-	var ratios []float64
-	b.ResetTimer()
-	for done, i := 0, 0; done < b.N; done, i = done+size, i+1 {
-		n := min(size, b.N-done)
-		var p, s time.Duration
-		if i%2 == 0 { // alternate which group goes first
-			p = plain.batch(n)
-			s = steered.batch(n)
-		} else {
-			s = steered.batch(n)
-			p = plain.batch(n)
-		}
-		tp, ts = tp+p, ts+s
-		ratios = append(ratios, p.Seconds()/s.Seconds())
-	}
-	b.StopTimer()
-	if plain.accepted.Load() != int64(b.N) || steered.accepted.Load() != int64(b.N) {
-		b.Fatalf("accepted %d plain and %d steered, want %d each", plain.accepted.Load(), steered.accepted.Load(), b.N)
-	}
-	b.ReportMetric(float64(b.N)/tp.Seconds(), "plain-conns/s")
-	b.ReportMetric(float64(b.N)/ts.Seconds(), "steer-conns/s")
-	b.ReportMetric(tp.Seconds()/ts.Seconds(), "steer/plain")
-	slices.Sort(ratios)
-	b.ReportMetric(ratios[len(ratios)/2], "median-batch-steer/plain")
+	netnstest.Interleave(b, "plain", plain.addr, &plain.Acceptor, "steer", steered.addr, &steered.Acceptor)
 	if after, err := prog.Stats(); err == nil && after.RunCount > before.RunCount {
 		b.ReportMetric(float64(after.Runtime-before.Runtime)/float64(after.RunCount-before.RunCount), "prog-ns/run")
 	}
