@@ -36,7 +36,10 @@
 //     (a *reuseport.UncoveredError; members of another user's processes
 //     count as unknown): Report.StepOutRefused says why, and the stop uses
 //     the method above. The check follows the change, which is undone if it
-//     fails, and stops of this process step out one at a time. A program
+//     fails, and stops of this process step out one at a time. A sibling that
+//     closes while we drain can uncover a CPU again (its SYNs then go to any
+//     member the hash finds first, us included): roll one member at a time,
+//     starting its successor first. A program
 //     attached to the group by someone else is not detected (no getsockopt
 //     reads it). Report.HandshakesLeft counts handshakes still in flight
 //     when ctx ended the wait (those that were ours are lost with the
