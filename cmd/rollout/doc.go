@@ -44,8 +44,9 @@
 //     until its queue is empty, and closes; the program migrates what is
 //     left. Needs root (CAP_BPF): the runner mounts a bpf filesystem in a
 //     mount namespace of its own. Skipped, and said so, without root.
-//   - cpu: reuseport listeners with SO_INCOMING_CPU, each worker on the online
-//     CPU the fewest members prefer, tcp_migrate_req=0, and drain.Server with
+//   - cpu: reuseport listeners with SO_INCOMING_CPU (the worker of slot s,
+//     and each successor in that slot, on online CPU s modulo the CPUs),
+//     tcp_migrate_req=0, and drain.Server with
 //     drain.Options.StepOut: the stopping worker clears its CPU, so that
 //     (Linux 6.1+) the kernel picks it for no new connection while the others
 //     cover every CPU, waits out its handshakes, accepts until its queue is

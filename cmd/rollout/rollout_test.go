@@ -211,7 +211,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Duration != 8*time.Second || cfg.Concurrency != 64 || cfg.Workers != 4 || cfg.Restarts != 8 ||
-		!slices.Equal(cfg.Strategies, []string{"close", "migrate", "handoff", "ebpf"}) || cfg.JSON {
+		!slices.Equal(cfg.Strategies, []string{"close", "migrate", "handoff", "ebpf", "cpu"}) || cfg.JSON {
 		t.Errorf("defaults %+v", cfg)
 	}
 	cfg, err = parseFlags([]string{"--strategies", "handoff, close,handoff", "--json", "--duration", "3s"}, io.Discard)

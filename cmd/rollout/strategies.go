@@ -131,17 +131,19 @@ func serveEBPF(ctx context.Context, w worker) (workerReport, error) {
 }
 
 // serveCPU steps out instead of steering, with no privilege: reuseport
-// listeners with SO_INCOMING_CPU (each worker takes the online CPU with the
-// fewest members, so a group of at least as many workers as CPUs covers
-// them all) and tcp_migrate_req=0. drain.Server with StepOut clears the
-// stopping worker's CPU, so that (Linux 6.1+) the kernel gives it no new
-// connection, waits out its handshakes, accepts what is queued and closes.
+// listeners with SO_INCOMING_CPU and tcp_migrate_req=0. The worker of slot s
+// takes online CPU s modulo the CPUs, as its successor will, so that a group
+// of at least as many workers as CPUs covers every CPU, also while one
+// drains. drain.Server with StepOut clears the stopping worker's CPU, so
+// that (Linux 6.1+) the kernel gives it no new connection, waits out its
+// handshakes, accepts what is queued and closes.
 func serveCPU(ctx context.Context, w worker) (workerReport, error) {
 	rep := workerReport{Generation: w.gen}
-	cpu, err := leastCoveredCPU(ctx, w.addr)
+	cpus, err := reuseport.OnlineCPUs()
 	if err != nil {
 		return rep, err
 	}
+	cpu := cpus[w.slot%len(cpus)]
 	cfg := reuseport.Config{Migration: reuseport.MigrationIgnore, Options: reuseport.Options{IncomingCPU: &cpu}}
 	ln, err := cfg.Listen(ctx, "tcp4", w.addr)
 	if err != nil {
@@ -150,31 +152,6 @@ func serveCPU(ctx context.Context, w worker) (workerReport, error) {
 	ds := &drain.Server{HTTP: newServer(w.gen), Listener: drain.Options{StepOut: true}}
 	ready := func() error { w.ready(w.gen); return nil }
 	return serveDrained(ds, ln, ready, ctx.Done(), rep)
-}
-
-// leastCoveredCPU returns the online CPU that the fewest members of the
-// group on addr prefer (the lowest of a tie).
-func leastCoveredCPU(ctx context.Context, addr string) (int, error) {
-	cpus, err := reuseport.OnlineCPUs()
-	if err != nil {
-		return 0, err
-	}
-	g, err := reuseport.Inspect(ctx, addr)
-	if err != nil {
-		return 0, err
-	}
-	g.ReadCPUs()
-	n := map[int]int{}
-	for _, m := range g.Members {
-		n[m.CPU]++
-	}
-	best := cpus[0]
-	for _, c := range cpus {
-		if n[c] < n[best] {
-			best = c
-		}
-	}
-	return best, nil
 }
 
 // serveHandoff is one server upgraded in place: it inherits its listener
