@@ -5,6 +5,7 @@ import (
 	"net"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -252,6 +253,28 @@ func TestMemberCPUInPIDNamespace(t *testing.T) {
 		g.ReadCPUs()
 		if len(g.Members) != 1 || g.Members[0].CPU != cpu {
 			t.Fatalf("members %+v, want one with cpu %d", g.Members, cpu)
+		}
+	})
+}
+
+// ListenPerCPU on an address a listener without SO_REUSEPORT holds: the
+// first listen's typed error, once, and nothing left open.
+func TestListenPerCPUError(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		var lc net.ListenConfig
+		lc.SetMultipathTCP(false)
+		plain, err := lc.Listen(ctx, "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer plain.Close()
+		ls, err := (&reuseport.Config{}).ListenPerCPU(ctx, "tcp4", plain.Addr().String())
+		var oe *net.OpError
+		if ls != nil || !errors.Is(err, reuseport.ErrNotReusable) || !errors.As(err, &oe) || oe.Addr.String() != plain.Addr().String() {
+			t.Fatalf("ListenPerCPU = %v, %v; want nil and a *net.OpError for %s wrapping ErrNotReusable", ls, err, plain.Addr())
+		}
+		if n := strings.Count(err.Error(), "listen tcp4"); n != 1 {
+			t.Errorf("error %q names the operation %d times, want once", err, n)
 		}
 	})
 }
