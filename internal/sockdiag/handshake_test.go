@@ -56,3 +56,20 @@ func TestHandshakes(t *testing.T) {
 		}
 	})
 }
+
+// A handshake dump asks for SYN_RECV and NEW_SYN_RECV and keeps only those
+// states: request sockets (reported as SYN_RECV) and fast-open children.
+func TestParseHandshakes(t *testing.T) {
+	if r := requestStates(unix.AF_INET, 80, handshakeStates, 1)[unix.SizeofNlMsghdr:]; native.Uint32(r[4:]) != 1<<3|1<<12 {
+		t.Fatalf("states %#x, want SYN_RECV|NEW_SYN_RECV", native.Uint32(r[4:]))
+	}
+	h := Listener{Addr: netip.MustParseAddrPort("127.0.0.1:80"), Family: unix.AF_INET, Cookie: 77}
+	var dgram []byte
+	for _, state := range []uint8{tcpSynRecv, tcpListen, tcpNewSynRecv, 1, 200} {
+		dgram = append(dgram, nlmsg(unix.SOCK_DIAG_BY_FAMILY, unix.NLM_F_MULTI, 2, diagMsg(h, state))...)
+	}
+	ls, _, err := parse(dgram, 2, unix.AF_INET, 80, handshakeStates, nil)
+	if err != nil || len(ls) != 2 || ls[0].Cookie != 77 || ls[1].Cookie != 77 {
+		t.Fatalf("parse = %+v, %v; want the SYN_RECV and NEW_SYN_RECV ones", ls, err)
+	}
+}
