@@ -146,7 +146,8 @@ func ReadIncomingCPU(c syscall.Conn) (int, error) {
 
 // ReadCPUs fills each member's CPU (Inspect leaves it CPUUnknown) from the
 // first of its processes that lets us: through a copy of that process's fd
-// (pidfd_getfd, Linux 5.6; the same UID or root, as for ptrace), since
+// (pidfd_getfd, Linux 5.6; allowed as ptrace is: the same UID unless Yama's
+// ptrace_scope restricts it to descendants, or CAP_SYS_PTRACE), since
 // sock_diag does not report SO_INCOMING_CPU. The copy lives for one
 // getsockopt; a holder that closes the socket meanwhile leaves its last
 // close to us, microseconds later. Members it cannot read stay CPUUnknown.
