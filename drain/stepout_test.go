@@ -155,6 +155,13 @@ func TestStepOutRefused(t *testing.T) {
 			// Which member each client reaches is the kernel's pick: wait
 			// until all three are queued, then serve both.
 			waitQueued(t, 3, l, keep)
+			// A second fd of the socket, to read its SO_INCOMING_CPU after
+			// the stop closed ours.
+			dup, err := l.File()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dup.Close()
 			dl, err := drain.Wrap(l, tc.opts)
 			if err != nil {
 				t.Fatal(err)
@@ -175,6 +182,10 @@ func TestStepOutRefused(t *testing.T) {
 			}
 			if tally[netnstest.Answered] != 3 {
 				t.Errorf("%s: clients %v, want 3 answered", tc.name, tally)
+			}
+			// Refused after stepping out: the old value is back.
+			if cpu, err := reuseport.ReadIncomingCPU(dup); err != nil || cpu != cpus[1] {
+				t.Errorf("%s: SO_INCOMING_CPU after the stop = %d, %v; want %d put back", tc.name, cpu, err, cpus[1])
 			}
 		}
 	})
