@@ -108,7 +108,12 @@ func serveSystemd(ctx context.Context, w *Worker) error {
 func (w *Worker) ServeDrained(ln net.Listener, ready func() error, stop <-chan struct{}, opts ...drain.Options) error {
 	ds := &drain.Server{HTTP: w.NewServer(), OnReport: logNotable}
 	if len(opts) > 0 {
+		// drain.Server reports through its own OnReport (it clears the
+		// listener's): a listener hook runs after logNotable.
 		ds.Listener = opts[0]
+		if f := opts[0].OnReport; f != nil {
+			ds.OnReport = func(r *drain.Report) { logNotable(r); f(r) }
+		}
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- ds.Serve(ln) }()
