@@ -96,8 +96,9 @@ func parseCPUList(s string) ([]int, error) {
 // order, so that on Linux 6.1+ the group covers every CPU and each listener
 // gets the connections whose SYN its CPU handles. With port 0 the first
 // listener picks the port and the others join it. Serve each listener (they
-// are ordinary Listeners; drain.Options.StepOut steps each out of the group
-// before its stop). On error nothing stays open. The caller owns the
+// are ordinary Listeners; a drain.Server serves one, so give each its own,
+// sharing the handler, with drain.Options.StepOut to step each out of the
+// group before its stop). On error nothing stays open. The caller owns the
 // listeners. It needs no privilege; on older kernels the listeners share
 // connections by hash as any group does.
 func (c *Config) ListenPerCPU(ctx context.Context, network, address string) ([]*Listener, error) {
