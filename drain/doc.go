@@ -20,6 +20,30 @@
 //   - MethodAccept: otherwise. We accept until the queue is empty, re-read its
 //     depth right before close and accept again if it grew, then close. The
 //     connections accepted are handed to Accept, so the server serves them.
+//   - MethodStepOut: Options.StepOut, a socket we may shut down (as for
+//     MethodMigrate and MethodAccept), and the other members of the group
+//     cover every online CPU with SO_INCOMING_CPU (reuseport.ListenPerCPU,
+//     or one CPU per worker of a pool; Linux 6.1+). We clear our
+//     SO_INCOMING_CPU, so the kernel picks us for no new SYN, wait for an RCU
+//     grace period (membarrier) and then until every handshake that was in
+//     flight on the port has ended (sock_diag cannot tell whose a request
+//     socket is: the port's are a superset of ours, and no later one is
+//     ours), accept until the queue is empty, and shut down. Nothing can
+//     reach the queue by then: lossless with tcp_migrate_req 0 or 1, no
+//     privilege, no eBPF. It is refused with a Steerer (ErrSteered: the
+//     program replaces the pick), before Linux 6.1
+//     (reuseport.ErrNoCPUPreference) or when a CPU would be left uncovered
+//     (a *reuseport.UncoveredError; members of another user's processes
+//     count as unknown): Report.StepOutRefused says why, and the stop uses
+//     the method above. The check follows the change, which is undone if it
+//     fails, and stops of this process step out one at a time. A sibling that
+//     closes while we drain can uncover a CPU again (its SYNs then go to any
+//     member the hash finds first, us included): roll one member at a time,
+//     starting its successor first. A program
+//     attached to the group by someone else is not detected (no getsockopt
+//     reads it). Report.HandshakesLeft counts handshakes still in flight
+//     when ctx ended the wait (those that were ours are lost with the
+//     sysctl off).
 //
 // After the stop, Accept returns the connections the drain accepted, then an
 // error wrapping net.ErrClosed (never the EINVAL the kernel gives after
@@ -170,7 +194,8 @@
 //
 // # Kernel requirements
 //
-// Linux. Migration needs 5.14 (net.ipv4.tcp_migrate_req); the other methods
+// Linux. Migration needs 5.14 (net.ipv4.tcp_migrate_req), the step-out 6.1
+// (and pidfd_getfd, 5.6, to read the siblings' CPUs); the other methods
 // work on any kernel with sock_diag (3.3). Seeing which processes hold a socket
 // needs the same UID or CAP_SYS_PTRACE; without it the drain releases the
 // socket (see Ownership). MPTCP listeners

@@ -109,3 +109,27 @@ func ExampleListener_Close() {
 	fmt.Printf("queued at the stop %d, accepted by the drain %d, served %d, lost %d\n", rep.QueuedAtStop, rep.Accepted, served, rep.Remainder)
 	// Output: queued at the stop 3, accepted by the drain 3, served 3, lost 0
 }
+
+// A worker of a pool that rolls with no privilege and no eBPF, with
+// tcp_migrate_req left at 0: worker i (of at least as many workers as
+// online CPUs, each successor taking its predecessor's i) prefers CPU i
+// modulo the CPUs, and its stop steps out of the group's pick first
+// (Linux 6.1+). (Compile-only.)
+func ExampleOptions_stepOut() {
+	worker := 0 // this worker's slot in the pool, from its supervisor
+	cpus, err := reuseport.OnlineCPUs()
+	if err != nil {
+		log.Fatal(err)
+	}
+	cpu := cpus[worker%len(cpus)]
+	cfg := reuseport.Config{Migration: reuseport.MigrationIgnore, Options: reuseport.Options{IncomingCPU: &cpu}}
+	l, err := cfg.Listen(context.Background(), "tcp", "127.0.0.1:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := &drain.Server{HTTP: &http.Server{Handler: http.NotFoundHandler()}, Listener: drain.Options{StepOut: true}}
+	go srv.Serve(l)
+	// ... later, on the program's signal:
+	rep, _ := srv.Shutdown(context.Background())
+	fmt.Println(rep.Method, rep.StepOutRefused) // "step-out" and "", or the method used and why not
+}

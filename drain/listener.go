@@ -43,6 +43,13 @@ type Options struct {
 	// our fd) and never shuts it down, which would stop it listening in the
 	// other process as well.
 	Shared bool
+	// StepOut steps the listener out of its reuseport group's pick before
+	// the stop, when the other members cover every online CPU with
+	// SO_INCOMING_CPU (reuseport.ListenPerCPU, or Options.IncomingCPU per
+	// worker): MethodStepOut, lossless with tcp_migrate_req 0 or 1 and no
+	// privilege. Linux 6.1+. When it cannot, Report.StepOutRefused says why
+	// and the stop uses the usual method. Not with a Steerer.
+	StepOut bool
 	// CloseTimeout bounds the stop run by Close, which has no context
 	// (http.Server.Shutdown calls Close). Default 1 s.
 	CloseTimeout time.Duration

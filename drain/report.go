@@ -27,6 +27,12 @@ const (
 	// MethodAccept: no sibling or no migration; we accepted until the queue
 	// was empty, handed the connections to Accept, then closed.
 	MethodAccept Method = "accept"
+	// MethodStepOut: Options.StepOut, and the other members of the group
+	// cover every online CPU with SO_INCOMING_CPU (Linux 6.1+). We cleared
+	// ours, so the kernel picked us for no new SYN, waited until no
+	// handshake that could be ours was in flight, accepted until the queue
+	// was empty and shut the socket down: nothing could reach it any more.
+	MethodStepOut Method = "step-out"
 )
 
 // Report accounts for every connection queued when a listener stopped. It
@@ -48,6 +54,15 @@ type Report struct {
 	StillListening bool `json:"still_listening,omitempty"`
 	Migration      bool `json:"migration"` // net.ipv4.tcp_migrate_req was on
 	Steered        bool `json:"steered"`   // the Steerer accepted MarkDraining
+	// StepOutRefused says why Options.StepOut did not step out (the stop
+	// used the method it names instead).
+	StepOutRefused string `json:"step_out_refused,omitempty"`
+	// HandshakesAtStepOut is the handshakes in flight on the port when we
+	// stepped out (ours are among them; sock_diag does not tell members
+	// apart), and HandshakesLeft those still in flight when the wait for
+	// them ended (0 unless ctx ended first).
+	HandshakesAtStepOut int `json:"handshakes_at_step_out,omitempty"`
+	HandshakesLeft      int `json:"handshakes_left,omitempty"`
 
 	QueuedAtStop  int `json:"queued_at_stop"` // accept-queue length when the stop began (TCP_INFO)
 	Migrated      int `json:"migrated"`       // TcpExt.TCPMigrateReqSuccess delta
@@ -95,7 +110,7 @@ func (r *Report) clone() *Report {
 // finish computes Remainder and Took.
 func (r *Report) finish() {
 	switch r.Method {
-	case MethodAccept:
+	case MethodAccept, MethodStepOut:
 		r.Remainder = r.QueueAtClose
 	case MethodMigrate:
 		r.Remainder = max(0, r.QueuedAtStop-r.Migrated-r.Accepted)
@@ -118,6 +133,12 @@ func (r *Report) log(log *zap.Logger) {
 	}
 	if r.Method == MethodRelease {
 		fields = append(fields, zap.Bool("still_listening", r.StillListening))
+	}
+	if r.Method == MethodStepOut {
+		fields = append(fields, zap.Int("handshakes_left", r.HandshakesLeft))
+	}
+	if r.StepOutRefused != "" {
+		fields = append(fields, zap.String("step_out_refused", r.StepOutRefused))
 	}
 	if len(r.Errors) > 0 {
 		fields = append(fields, zap.Strings("errors", r.Errors))

@@ -76,6 +76,9 @@ func (l *Listener) run(ctx context.Context) (*Report, error) {
 	unsure := l.look(ctx, r, id)
 	drainStart := time.Now()
 	r.Method, r.Why = choose(r, unsure)
+	if l.opts.StepOut && r.Method != MethodRelease {
+		l.tryStepOut(ctx, r, id)
+	}
 	switch r.Method {
 	case MethodRelease:
 		if unsure != "" && r.Shared == "" && len(r.OtherHolders) == 0 {
@@ -89,6 +92,8 @@ func (l *Listener) run(ctx context.Context) (*Report, error) {
 		err = errors.Join(err, l.release(r, id))
 	case MethodMigrate:
 		err = l.migrate(r)
+	case MethodStepOut:
+		err = l.drainSteppedOut(ctx, r)
 	default:
 		err = l.acceptUntilEmpty(ctx, r)
 	}

@@ -25,8 +25,37 @@
 // ReadDigest reads a canonical option set from any live socket (ours, one
 // received over SCM_RIGHTS, one from systemd); Digest.Compare names the options
 // that differ. Inspect lists a group's members through NETLINK_SOCK_DIAG with
-// their UIDs, queues, backlogs and processes. ReadQueue reads a listener's
-// accept queue from TCP_INFO. ReadCounters snapshots the TcpExt/Tcp counters.
+// their UIDs, queues, backlogs, processes and CPUs. ReadQueue reads a
+// listener's accept queue from TCP_INFO. ReadCounters snapshots the TcpExt/Tcp
+// counters.
+//
+// # CPU coverage
+//
+// Since Linux 6.1 the kernel's pick prefers, for each SYN, a member whose
+// SO_INCOMING_CPU (Options.IncomingCPU) is the CPU handling it, scanning the
+// group from the hashed slot; only when no member matches does it take the
+// first listening member from there. A group covers every CPU when each
+// online CPU (OnlineCPUs) has a member: ListenPerCPU opens one listener per
+// CPU for one process; a pool of at least as many workers as CPUs can give
+// each worker one. Then a member whose value is cleared (SetIncomingCPU with
+// CPUNone) gets no new connection at all: it has stepped out of the pick,
+// with no privilege and no eBPF, and can accept what is left and close
+// without losing a connection, with tcp_migrate_req 0 or 1 (package drain,
+// Options.StepOut). Inspect shows each member's CPU (Member.CPU, read through
+// a copy of the holder's fd with pidfd_getfd, as sock_diag does not report
+// it; CPUUnknown for another user's processes without root), Group.Uncovered
+// and Group.CheckCovered which CPUs no member prefers. CPUPreference says
+// whether the kernel has the preference (by its release: 6.1+).
+//
+// The cost is the scan: for each SYN the kernel walks the group from the
+// hashed slot to the first member of the SYN's CPU, about as many members as
+// there are CPUs on average. BenchmarkAcceptCPU compares accept throughput
+// with groups of 4, 16 and 64 members (BENCHMARKS.md has this machine's).
+//
+// A reuseport BPF program (package reuseport/steer) replaces the pick, and
+// SO_INCOMING_CPU is then not consulted: use one or the other per group.
+// Whether a program someone else attached is present cannot be read without
+// privilege.
 //
 // # Ownership
 //
@@ -38,7 +67,8 @@
 // Listening needs no privilege (ports below 1024 need CAP_NET_BIND_SERVICE).
 // MigrationEnable, SO_MARK and IP_TRANSPARENT need CAP_NET_ADMIN. Naming the
 // processes of another user's sockets needs root (or CAP_SYS_PTRACE); without
-// it, errors say that PIDs are missing. SO_REUSEPORT needs Linux 3.9;
-// tcp_migrate_req 5.14. Everything here reads the network namespace of the
+// it, errors say that PIDs are missing (and Member.CPU is CPUUnknown).
+// SO_REUSEPORT needs Linux 3.9; tcp_migrate_req 5.14; the CPU preference 6.1;
+// reading another process's member CPU pidfd_getfd (5.6). Everything here reads the network namespace of the
 // calling thread.
 package reuseport

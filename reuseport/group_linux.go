@@ -18,12 +18,15 @@ type Process struct {
 
 // Member is one TCP listener as the kernel reports it (NETLINK_SOCK_DIAG).
 type Member struct {
-	Addr      netip.AddrPort `json:"addr"`
-	Inode     uint64         `json:"inode"`
-	UID       uint32         `json:"uid"`     // socket owner
-	Queue     uint32         `json:"queue"`   // accept-queue length
-	Backlog   uint32         `json:"backlog"` // listen backlog
-	Processes []Process      `json:"processes,omitempty"`
+	Addr    netip.AddrPort `json:"addr"`
+	Inode   uint64         `json:"inode"`
+	UID     uint32         `json:"uid"`     // socket owner
+	Queue   uint32         `json:"queue"`   // accept-queue length
+	Backlog uint32         `json:"backlog"` // listen backlog
+	// CPU is the member's SO_INCOMING_CPU: a CPU number, CPUNone, or
+	// CPUUnknown (until Group.ReadCPUs reads it, or when no holder let it).
+	CPU       int       `json:"cpu"`
+	Processes []Process `json:"processes,omitempty"`
 }
 
 // String describes the member for error messages.
@@ -104,7 +107,7 @@ func inspect(ctx context.Context, port uint16, match func(netip.AddrPort) bool) 
 	var inodes []uint64
 	for _, l := range ls {
 		if match(l.Addr) {
-			g.Members = append(g.Members, Member{Addr: l.Addr, Inode: l.Inode, UID: l.UID, Queue: l.Queue, Backlog: l.Backlog})
+			g.Members = append(g.Members, Member{Addr: l.Addr, Inode: l.Inode, UID: l.UID, Queue: l.Queue, Backlog: l.Backlog, CPU: CPUUnknown})
 			inodes = append(inodes, l.Inode)
 		}
 	}

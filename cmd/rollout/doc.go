@@ -44,6 +44,15 @@
 //     until its queue is empty, and closes; the program migrates what is
 //     left. Needs root (CAP_BPF): the runner mounts a bpf filesystem in a
 //     mount namespace of its own. Skipped, and said so, without root.
+//   - cpu: reuseport listeners with SO_INCOMING_CPU (the worker of slot s,
+//     and each successor in that slot, on online CPU s modulo the CPUs),
+//     tcp_migrate_req=0, and drain.Server with
+//     drain.Options.StepOut: the stopping worker clears its CPU, so that
+//     (Linux 6.1+) the kernel picks it for no new connection while the others
+//     cover every CPU, waits out its handshakes, accepts until its queue is
+//     empty, and closes. No privilege and no eBPF. Needs --workers of at
+//     least the number of online CPUs; otherwise the stop says why it did not
+//     step out and falls back to accepting until empty.
 //
 // Each restart's successor is started ahead of time (it joins the group, or
 // inherits the socket and waits for its turn to call Ready), so that the

@@ -24,8 +24,8 @@ type fleet struct {
 
 // start starts n servers and waits until they are all ready.
 func (f *fleet) start(n int) error {
-	for range n {
-		p, err := f.spawn()
+	for slot := range n {
+		p, err := f.spawn(slot)
 		if err != nil {
 			return err
 		}
@@ -39,10 +39,10 @@ func (f *fleet) start(n int) error {
 	return nil
 }
 
-// spawn starts the next generation and waits for its ready line.
-func (f *fleet) spawn() (*proc, error) {
+// spawn starts the next generation, for slot, and waits for its ready line.
+func (f *fleet) spawn(slot int) (*proc, error) {
 	f.gens++
-	p, err := startProc(f.exe, slices.Concat(f.env, []string{envGen + "=" + strconv.Itoa(f.gens)}), f.stderr)
+	p, err := startProc(f.exe, slices.Concat(f.env, []string{envGen + "=" + strconv.Itoa(f.gens), envSlot + "=" + strconv.Itoa(slot)}), f.stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -53,13 +53,13 @@ func (f *fleet) spawn() (*proc, error) {
 	return p, nil
 }
 
-// prepare starts the next generation ahead of its restart, so that a
-// restart's timing does not include a process start.
-func (f *fleet) prepare() error {
+// prepare starts the next generation, for slot, ahead of its restart, so
+// that a restart's timing does not include a process start.
+func (f *fleet) prepare(slot int) error {
 	if f.next != nil {
 		return nil
 	}
-	p, err := f.spawn()
+	p, err := f.spawn(slot)
 	f.next = p
 	return err
 }
@@ -75,11 +75,11 @@ func (f *fleet) roll(i int, mark func(), more bool) (*workerReport, error) {
 	if len(f.live) == 0 {
 		return nil, errors.New("no server to roll")
 	}
-	if err := f.prepare(); err != nil {
+	slot := i % len(f.live)
+	if err := f.prepare(slot); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	slot := i % len(f.live)
 	old, nw := f.live[slot], f.next
 	f.next = nil
 	f.live[slot] = nw
@@ -94,7 +94,7 @@ func (f *fleet) roll(i int, mark func(), more bool) (*workerReport, error) {
 	}
 	var perr error
 	if more {
-		perr = f.prepare()
+		perr = f.prepare((i + 1) % len(f.live))
 	}
 	rep, err := old.stop(false)
 	if rep != nil {

@@ -141,6 +141,9 @@ strategy, and counts the requests each way of restarting loses:
   ebpf     reuseport workers in an SK_REUSEPORT program (reuseport/steer):
            the stopping worker gets no new connection, drains, closes;
            tcp_migrate_req=0 (needs root)
+  cpu      reuseport workers with SO_INCOMING_CPU: the stopping worker
+           steps out of the kernel's pick, drains, closes;
+           tcp_migrate_req=0, no privilege (Linux 6.1+)
 
 Runs in new network and mount namespaces (as root) or, otherwise, in a new
 user namespace as well. The machine's own sysctls and ports are never

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 }
 
 // The harness sees a loss: under enough load, the close strategy fails
-// requests, while migrate, handoff and ebpf fail none and their drain
+// requests, while migrate, handoff, ebpf and cpu fail none and their drain
 // reports account for every queued connection. The command makes its own
 // namespaces, prints the JSON the README documents, exits 0 and leaves no
 // process behind.
@@ -44,7 +44,7 @@ func TestRollout(t *testing.T) {
 		// wait seconds for a CPU, which says nothing about restarts.
 		out := runCommand(t, nil, "--json", "--duration", "4s", "--concurrency", "64", "--workers", "2", "--restarts", "4", "--timeout", "10s")
 		byName := decodeStrategies(t, out)
-		if got := slices.Sorted(maps.Keys(byName)); !slices.Equal(got, []string{"close", "ebpf", "handoff", "migrate"}) {
+		if got := slices.Sorted(maps.Keys(byName)); !slices.Equal(got, []string{"close", "cpu", "ebpf", "handoff", "migrate"}) {
 			t.Fatalf("strategies %v in the JSON:\n%s", got, out)
 		}
 		for _, name := range strategyNames() {
@@ -81,7 +81,7 @@ func checkOutcome(t *testing.T, o outcome, restarts int) {
 	if sum != o.Failed {
 		t.Errorf("%s: failed %d but classes add up to %d", o.Name, o.Failed, sum)
 	}
-	want := map[string]string{"migrate": "migrate", "handoff": "release", "ebpf": "accept"}[o.Name]
+	want := map[string]string{"migrate": "migrate", "handoff": "release", "ebpf": "accept", "cpu": "step-out"}[o.Name]
 	if want == "" {
 		return
 	}
@@ -140,9 +140,9 @@ func TestCommandUnprivileged(t *testing.T) {
 		}
 		exe := netnstest.ExecutableCopy(t)
 		nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
-		out := runCommand(t, &runOpts{path: exe, cred: nobody}, "--json", "--duration", "2s", "--restarts", "1", "--timeout", "10s", "--strategies", "migrate,handoff")
+		out := runCommand(t, &runOpts{path: exe, cred: nobody}, "--json", "--duration", "2s", "--restarts", "1", "--timeout", "10s", "--strategies", "migrate,handoff,cpu")
 		byName := decodeStrategies(t, out)
-		for _, n := range []string{"migrate", "handoff"} {
+		for _, n := range []string{"migrate", "handoff", "cpu"} {
 			checkOutcome(t, byName[n], 1)
 		}
 	})
@@ -211,7 +211,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Duration != 8*time.Second || cfg.Concurrency != 64 || cfg.Workers != 4 || cfg.Restarts != 8 ||
-		!slices.Equal(cfg.Strategies, []string{"close", "migrate", "handoff", "ebpf"}) || cfg.JSON {
+		!slices.Equal(cfg.Strategies, []string{"close", "migrate", "handoff", "ebpf", "cpu"}) || cfg.JSON {
 		t.Errorf("defaults %+v", cfg)
 	}
 	cfg, err = parseFlags([]string{"--strategies", "handoff, close,handoff", "--json", "--duration", "3s"}, io.Discard)

@@ -123,8 +123,8 @@ func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, bpf b
 		o.Errors = append(o.Errors, "start: "+err.Error())
 		return o
 	}
-	if cfg.Restarts > 0 { // the first successor, ready before the load starts
-		if err := f.prepare(); err != nil {
+	if cfg.Restarts > 0 { // the first successor (restart 1), ready before the load starts
+		if err := f.prepare(1 % len(f.live)); err != nil {
 			o.Errors = append(o.Errors, "start: "+err.Error())
 			return o
 		}

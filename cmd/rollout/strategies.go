@@ -38,9 +38,10 @@ var strategies = map[string]*strategy{
 	"migrate": {name: "migrate", migrateReq: 1, serve: serveMigrate},
 	"handoff": {name: "handoff", migrateReq: 0, single: true, serve: serveHandoff},
 	"ebpf":    {name: "ebpf", migrateReq: 0, bpf: true, serve: serveEBPF},
+	"cpu":     {name: "cpu", migrateReq: 0, serve: serveCPU},
 }
 
-var order = []string{"close", "migrate", "handoff", "ebpf"}
+var order = []string{"close", "migrate", "handoff", "ebpf", "cpu"}
 
 // strategyNames lists every strategy in run order.
 func strategyNames() []string { return slices.Clone(order) }
@@ -125,6 +126,30 @@ func serveEBPF(ctx context.Context, w worker) (workerReport, error) {
 	}
 	defer m.Close() // after the listener: the program needs the member's class until then
 	ds := &drain.Server{HTTP: newServer(w.gen), Listener: drain.Options{Steerer: m.Group()}}
+	ready := func() error { w.ready(w.gen); return nil }
+	return serveDrained(ds, ln, ready, ctx.Done(), rep)
+}
+
+// serveCPU steps out instead of steering, with no privilege: reuseport
+// listeners with SO_INCOMING_CPU and tcp_migrate_req=0. The worker of slot s
+// takes online CPU s modulo the CPUs, as its successor will, so that a group
+// of at least as many workers as CPUs covers every CPU, also while one
+// drains. drain.Server with StepOut clears the stopping worker's CPU, so
+// that (Linux 6.1+) the kernel gives it no new connection, waits out its
+// handshakes, accepts what is queued and closes.
+func serveCPU(ctx context.Context, w worker) (workerReport, error) {
+	rep := workerReport{Generation: w.gen}
+	cpus, err := reuseport.OnlineCPUs()
+	if err != nil {
+		return rep, err
+	}
+	cpu := cpus[w.slot%len(cpus)]
+	cfg := reuseport.Config{Migration: reuseport.MigrationIgnore, Options: reuseport.Options{IncomingCPU: &cpu}}
+	ln, err := cfg.Listen(ctx, "tcp4", w.addr)
+	if err != nil {
+		return rep, err
+	}
+	ds := &drain.Server{HTTP: newServer(w.gen), Listener: drain.Options{StepOut: true}}
 	ready := func() error { w.ready(w.gen); return nil }
 	return serveDrained(ds, ln, ready, ctx.Done(), rep)
 }

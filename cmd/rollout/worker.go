@@ -19,6 +19,7 @@ import (
 const (
 	envStrategy = "ZERODROP_ROLLOUT_STRATEGY"
 	envGen      = "ZERODROP_ROLLOUT_GENERATION"
+	envSlot     = "ZERODROP_ROLLOUT_SLOT" // the slot of the group the worker serves in (or will)
 	envAddr     = "ZERODROP_ROLLOUT_ADDR"
 	envHandoff  = "ZERODROP_ROLLOUT_HANDOFF" // handoff socket path
 	envBPF      = "ZERODROP_ROLLOUT_BPFFS"   // bpf filesystem for the ebpf strategy
@@ -42,6 +43,7 @@ const stopTimeout = 5 * time.Second
 // worker is what a strategy's serve function gets.
 type worker struct {
 	gen     int    // generation given by the runner (handoff: ignored)
+	slot    int    // the slot it serves in: a group's workers are 0..n-1, a successor takes its predecessor's
 	addr    string // 127.0.0.1:port, the same for every worker of a run
 	handoff string // path of the handoff socket
 	bpfDir  string // bpf filesystem for steer's pins
@@ -86,7 +88,8 @@ func workerMain(stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	w := worker{gen: gen, addr: os.Getenv(envAddr), handoff: os.Getenv(envHandoff), bpfDir: os.Getenv(envBPF)}
+	slot, _ := strconv.Atoi(os.Getenv(envSlot)) // 0 if unset
+	w := worker{gen: gen, slot: slot, addr: os.Getenv(envAddr), handoff: os.Getenv(envHandoff), bpfDir: os.Getenv(envBPF)}
 	w.ready = func(g int) { fmt.Fprintf(stdout, "%s %d\n", lineReady, g) }
 	w.takeOver = func(ready func() error) error {
 		if err := awaitGo(ctx, os.Stdin); err != nil {

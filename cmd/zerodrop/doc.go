@@ -9,8 +9,10 @@
 //
 // doctor lists every TCP listener, grouped by address:port (a group with more
 // than one listener is a SO_REUSEPORT group), with each member's socket inode,
-// owner UID, the PIDs and commands holding it, its accept-queue length and its
-// backlog (NETLINK_SOCK_DIAG and /proc/*/fd). It shows
+// owner UID, the PIDs and commands holding it, its accept-queue length, its
+// backlog (NETLINK_SOCK_DIAG and /proc/*/fd) and its SO_INCOMING_CPU (CPU:
+// "-" when not set, "?" when no holder let us read it; read through a copy of
+// the holder's fd, pidfd_getfd, as inet_diag does not show it). It shows
 // net.ipv4.tcp_migrate_req and the TcpExt/Tcp counters of the namespace, says
 // what those counters do and do not prove, and names each problem with a
 // stable code, a sentence and the fix:
@@ -24,6 +26,10 @@
 //     sibling overflowed it (migration ignores the target's backlog).
 //   - listen-overflows: with --watch, TcpExt.ListenOverflows rose between two
 //     reads one second apart: a full queue dropped SYNs.
+//   - cpu-uncovered: members of a group set SO_INCOMING_CPU and no member
+//     prefers some online CPU: a SYN handled there goes to whichever member
+//     the hash finds first (Linux 6.1+), and drain.Options.StepOut refuses to
+//     step a member out. A pool with fewer listeners than CPUs shows it.
 //
 // # Steering
 //

@@ -34,6 +34,9 @@ type kernel struct {
 	owners     func(inodes []uint64) (map[uint64][]sockdiag.Process, []int, error)
 	migrateReq func() (bool, error)
 	counters   func() (reuseport.Counters, error)
+	// incomingCPU reads SO_INCOMING_CPU of inode through pid's fd.
+	incomingCPU func(pid int, inode uint64) (int, error)
+	onlineCPUs  func() ([]int, error)
 	// steer reads the slot table of the steering group pinned under dir
 	// for addr, and the group's pin directory.
 	steer func(ctx context.Context, dir string, addr netip.AddrPort) ([]steer.Slot, string, error)
@@ -44,13 +47,15 @@ type kernel struct {
 // linuxKernel reads the calling thread's network namespace.
 func linuxKernel() kernel {
 	return kernel{
-		netns:      sockdiag.NetNS,
-		listeners:  sockdiag.Listeners,
-		owners:     sockdiag.Owners,
-		migrateReq: reuseport.MigrationEnabled,
-		counters:   reuseport.ReadCounters,
-		steer:      readSteerSlots,
-		pause:      sleep(watchInterval),
+		netns:       sockdiag.NetNS,
+		listeners:   sockdiag.Listeners,
+		owners:      sockdiag.Owners,
+		migrateReq:  reuseport.MigrationEnabled,
+		counters:    reuseport.ReadCounters,
+		incomingCPU: sockdiag.IncomingCPU,
+		onlineCPUs:  reuseport.OnlineCPUs,
+		steer:       readSteerSlots,
+		pause:       sleep(watchInterval),
 	}
 }
 
@@ -133,8 +138,11 @@ type report struct {
 	NetNS uint64 `json:"netns"` // inode of the network namespace read
 	// MigrateReq is net.ipv4.tcp_migrate_req (0 or 1); null on kernels
 	// without it (before 5.14).
-	MigrateReq *int               `json:"migrate_req"`
-	Groups     []group            `json:"groups"`
+	MigrateReq *int    `json:"migrate_req"`
+	Groups     []group `json:"groups"`
+	// OnlineCPUs are the CPUs that may handle a SYN, which a group whose
+	// members set SO_INCOMING_CPU must cover.
+	OnlineCPUs []int              `json:"online_cpus"`
 	Counters   reuseport.Counters `json:"counters"`
 	// Delta is the counters' rise over WatchSeconds (--watch only).
 	Delta        *reuseport.Counters `json:"counters_delta,omitempty"`
@@ -162,6 +170,9 @@ type member struct {
 	Queue    uint32   `json:"queue"`    // accept-queue length
 	Backlog  uint32   `json:"backlog"`  // listen backlog; the queue holds backlog+1
 	Cookie   uint64   `json:"cookie"`   // SO_COOKIE
+	// CPU is the member's SO_INCOMING_CPU: a CPU, -1 (not set) or -2 (no
+	// holder let us read it).
+	CPU int `json:"cpu"`
 }
 
 // problem is one thing wrong, with a stable code.
@@ -199,6 +210,9 @@ func examine(ctx context.Context, k kernel, o options) (*report, error) {
 		return nil, err
 	}
 	if r.Groups, r.Notes, err = readGroups(k, o.port); err != nil {
+		return nil, err
+	}
+	if r.OnlineCPUs, err = k.onlineCPUs(); err != nil {
 		return nil, err
 	}
 	r.Notes = append(r.Notes, readSteer(ctx, k, o.bpffs, r.Groups)...)
@@ -249,10 +263,13 @@ func readGroups(k kernel, port uint16) ([]group, []string, error) {
 			byAddr[l.Addr] = g
 			out = append(out, g)
 		}
-		m := member{Inode: l.Inode, UID: l.UID, Queue: l.Queue, Backlog: l.Backlog, Cookie: l.Cookie, PIDs: []int{}, Commands: []string{}}
+		m := member{Inode: l.Inode, UID: l.UID, Queue: l.Queue, Backlog: l.Backlog, Cookie: l.Cookie, PIDs: []int{}, Commands: []string{}, CPU: reuseport.CPUUnknown}
 		for _, p := range owners[l.Inode] {
 			m.PIDs = append(m.PIDs, p.PID)
 			m.Commands = append(m.Commands, p.Comm)
+			if cpu, err := k.incomingCPU(p.PID, l.Inode); err == nil && m.CPU == reuseport.CPUUnknown {
+				m.CPU = cpu
+			}
 		}
 		g.Members = append(g.Members, m)
 	}

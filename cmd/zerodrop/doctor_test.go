@@ -208,3 +208,45 @@ func TestDoctorListenOverflows(t *testing.T) {
 		}
 	})
 }
+
+// A group whose members set SO_INCOMING_CPU: doctor shows each member's CPU,
+// and reports cpu-uncovered while a pool has fewer listeners than CPUs (one
+// listener on the first CPU), not once a listener per CPU joined.
+func TestDoctorCPUCoverage(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 1}, func(t *testing.T) {
+		cpus, err := reuseport.OnlineCPUs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cpus) < 2 {
+			t.Skipf("one online CPU (%v): every group covers it", cpus)
+		}
+		cfg := reuseport.Config{Migration: reuseport.MigrationIgnore, Options: reuseport.Options{IncomingCPU: &cpus[0]}}
+		first, err := cfg.Listen(context.Background(), "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer first.Close()
+		addr := first.Addr().String()
+		plain := listen(t, addr, 0)
+		r, code := doctorJSON(t, linuxKernel(), "--port", strconv.Itoa(port(first)))
+		_, m, _ := find(r, inode(t, first))
+		_, pm, _ := find(r, inode(t, plain))
+		if code != exitProblems || !slices.Equal(codes(r), []string{codeCPUUncovered}) || m.CPU != cpus[0] || pm.CPU != reuseport.CPUNone {
+			t.Fatalf("exit %d, problems %+v, cpus %d and %d; want 1, [%s], %d and -1", code, r.Problems, m.CPU, pm.CPU, codeCPUUncovered, cpus[0])
+		}
+		if want := fmt.Sprint(cpus[1:]); !strings.Contains(r.Problems[0].Message, "none prefers cpus "+want) {
+			t.Errorf("message %q does not name cpus %s", r.Problems[0].Message, want)
+		}
+		rest, err := cfg.ListenPerCPU(context.Background(), "tcp4", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range rest {
+			defer l.Close()
+		}
+		if r, code = doctorJSON(t, linuxKernel(), "--port", strconv.Itoa(port(first))); code != exitOK || len(r.Problems) != 0 {
+			t.Errorf("with a listener per CPU: exit %d, problems %+v; want 0, none", code, r.Problems)
+		}
+	})
+}

@@ -42,6 +42,10 @@ func fakeKernel(migrate bool) kernel {
 		},
 		steer: fakeSteer,
 		pause: func(context.Context) error { return nil },
+		incomingCPU: func(pid int, inode uint64) (int, error) {
+			return reuseport.CPUNone, nil
+		},
+		onlineCPUs: func() ([]int, error) { return []int{0, 1}, nil },
 	}
 }
 
@@ -66,10 +70,10 @@ func Example() {
 	// Output:
 	// net.ipv4.tcp_migrate_req = 0 (netns 4026531840)
 	//
-	// ADDRESS         LISTENERS  INODE  UID   QUEUE  BACKLOG  PIDS
-	// 127.0.0.1:8080  2          10     1000  20     1        100(server)
-	//                            11     1000  3      4096     101(server) 102(server)
-	// [::]:9090       1          30     0     0      511      -
+	// ADDRESS         LISTENERS  INODE  UID   QUEUE  BACKLOG  CPU  PIDS
+	// 127.0.0.1:8080  2          10     1000  20     1        -    100(server)
+	//                            11     1000  3      4096     -    101(server) 102(server)
+	// [::]:9090       1          30     0     0      511      ?    -
 	//
 	// steering [::]:9090 (pins /sys/fs/bpf/zerodrop/4026531840/::-9090): 2 slot(s) taken
 	//   SLOT  STATE     INODE  CLASS  WEIGHT  LOAD  STEERED  MIGRATED-IN  MIGRATED-OUT  DROPPED
@@ -113,6 +117,27 @@ func TestDoctorFakeKernel(t *testing.T) {
 	}
 }
 
+// cpu-uncovered needs a member that sets SO_INCOMING_CPU and an online CPU
+// no member prefers; unreadable members are counted in the message.
+func TestCPUsUncovered(t *testing.T) {
+	for _, tc := range []struct {
+		cpus []int
+		want int
+	}{{[]int{-1, -1}, 0}, {[]int{0}, 1}, {[]int{0, 0, -1}, 1}, {[]int{0, 1}, 0}, {[]int{1, 0, -1}, 0}, {[]int{0, -2}, 1}, {[]int{-2, -2}, 0}} {
+		g := group{Address: "127.0.0.1", Port: 1}
+		for _, c := range tc.cpus {
+			g.Members = append(g.Members, member{CPU: c})
+		}
+		ps := cpusUncovered(&report{OnlineCPUs: []int{0, 1}, Groups: []group{g}})
+		if len(ps) != tc.want || (tc.want > 0 && ps[0].Code != codeCPUUncovered) {
+			t.Errorf("members of cpus %v: problems %+v, want %d", tc.cpus, ps, tc.want)
+		}
+		if slices.Contains(tc.cpus, -2) && len(ps) > 0 && !strings.Contains(ps[0].Message, "1 members' CPU could not be read") {
+			t.Errorf("members of cpus %v: message %q does not count the unreadable one", tc.cpus, ps[0].Message)
+		}
+	}
+}
+
 // A full queue (backlog+1) is what listen admits by itself: not over.
 func TestQueueOverBacklogBoundary(t *testing.T) {
 	for _, tc := range []struct {
@@ -142,6 +167,7 @@ func TestDoctorCannotRead(t *testing.T) {
 		{"sysctl", func(k *kernel) { k.migrateReq = func() (bool, error) { return false, boom } }},
 		{"counters", func(k *kernel) { k.counters = func() (reuseport.Counters, error) { return reuseport.Counters{}, boom } }},
 		{"netns", func(k *kernel) { k.netns = func() (uint64, error) { return 0, boom } }},
+		{"cpus", func(k *kernel) { k.onlineCPUs = func() ([]int, error) { return nil, boom } }},
 		{"watch", func(k *kernel) { k.pause = func(context.Context) error { return context.Canceled } }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -50,17 +50,29 @@ func writeTable(w io.Writer, r *report) error {
 
 func writeGroups(w io.Writer, groups []group) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ADDRESS\tLISTENERS\tINODE\tUID\tQUEUE\tBACKLOG\tPIDS")
+	fmt.Fprintln(tw, "ADDRESS\tLISTENERS\tINODE\tUID\tQUEUE\tBACKLOG\tCPU\tPIDS")
 	for _, g := range groups {
 		for i, m := range g.Members {
 			addr, n := "", ""
 			if i == 0 {
 				addr, n = hostPort(g), fmt.Sprint(len(g.Members))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", addr, n, m.Inode, m.UID, m.Queue, m.Backlog, pidList(m))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", addr, n, m.Inode, m.UID, m.Queue, m.Backlog, cpuName(m.CPU), pidList(m))
 		}
 	}
 	tw.Flush()
+}
+
+// cpuName shows a member's SO_INCOMING_CPU: "-" when not set, "?" when
+// unreadable.
+func cpuName(cpu int) string {
+	switch cpu {
+	case reuseport.CPUNone:
+		return "-"
+	case reuseport.CPUUnknown:
+		return "?"
+	}
+	return fmt.Sprint(cpu)
 }
 
 // writeSteer prints the slot table of each steered group.

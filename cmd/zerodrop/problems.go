@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"strings"
+
+	"github.com/zerodrop/zerodrop/reuseport"
 )
 
 // The problem codes. They are stable: scripts may match on them.
@@ -10,6 +12,7 @@ const (
 	codeMigrationDisabled = "migration-disabled"
 	codeQueueOverBacklog  = "queue-over-backlog"
 	codeListenOverflows   = "listen-overflows"
+	codeCPUUncovered      = "cpu-uncovered"
 )
 
 // countersMeaning says what the counters do and do not prove.
@@ -27,6 +30,40 @@ func diagnose(r *report) []problem {
 	ps = append(ps, queuesOverBacklog(r)...)
 	if p, ok := listenOverflows(r); ok {
 		ps = append(ps, p)
+	}
+	return append(ps, cpusUncovered(r)...)
+}
+
+// cpusUncovered: members of a group set SO_INCOMING_CPU, and no member
+// prefers some online CPU.
+func cpusUncovered(r *report) []problem {
+	var ps []problem
+	for _, g := range r.Groups {
+		covered, unknown, set := map[int]bool{}, 0, false
+		for _, m := range g.Members {
+			set = set || m.CPU >= 0
+			covered[m.CPU] = true
+			if m.CPU == reuseport.CPUUnknown {
+				unknown++
+			}
+		}
+		var missing []int
+		for _, c := range r.OnlineCPUs {
+			if !covered[c] {
+				missing = append(missing, c)
+			}
+		}
+		if !set || len(missing) == 0 {
+			continue
+		}
+		msg := fmt.Sprintf("%s: %d listeners, members set SO_INCOMING_CPU and none prefers cpus %v of the online %v: "+
+			"a SYN handled there goes to whichever member the hash finds first, and no member can step out of the "+
+			"group before its stop (drain.Options.StepOut refuses)", hostPort(g), len(g.Members), missing, r.OnlineCPUs)
+		if unknown > 0 {
+			msg += fmt.Sprintf("; %d members' CPU could not be read (another user's processes need root)", unknown)
+		}
+		ps = append(ps, problem{Code: codeCPUUncovered, Message: msg,
+			Fix: "open a listener per online CPU (reuseport.ListenPerCPU), or give a pool at least as many workers as CPUs, one CPU each"})
 	}
 	return ps
 }

@@ -2,6 +2,7 @@ package netnstest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -113,4 +114,35 @@ func warmNetpoll(t *testing.T) {
 		t.Fatalf("warm up netpoll: %v", err)
 	}
 	l.Close()
+}
+
+// BenchInNamespace makes benchmark b run in a fresh network namespace (lo
+// up): in the re-executed child (env set), it brings lo up and returns true,
+// and the caller measures; in the parent it runs the child with the
+// parent's -test.benchtime, -test.count and -test.cpu, and skips (the
+// numbers are the child's lines, printed above the parent's SKIP). Root
+// only.
+func BenchInNamespace(b *testing.B, env string) bool {
+	if os.Getenv(env) != "" {
+		if err := linux.LinkUp("lo"); err != nil {
+			b.Fatalf("bring up lo: %v", err)
+		}
+		return true
+	}
+	RequirePrivileged(b)
+	args := []string{"-test.run=^$", "-test.bench=^" + b.Name() + "$"}
+	for _, name := range []string{"test.benchtime", "test.count", "test.cpu"} {
+		if f := flag.Lookup(name); f != nil {
+			args = append(args, "-"+name+"="+f.Value.String())
+		}
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), env+"=1")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("benchmark child: %v", err)
+	}
+	b.Skip("measured in a namespace child: see its lines above")
+	return false
 }

@@ -37,7 +37,7 @@ func Listeners(port uint16) ([]Listener, error) {
 	var all []Listener
 	var seq uint32
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		ls, err := dump(fd, family, port, &seq)
+		ls, err := dump(fd, family, port, listenStates, &seq)
 		if err != nil {
 			return nil, fmt.Errorf("sockdiag: dump %s: %w", familyName(family), err)
 		}
@@ -65,13 +65,13 @@ func open() (int, error) {
 
 // dump runs one SOCK_DIAG_BY_FAMILY dump, again if the kernel reports that the
 // listener tables changed during it (NLM_F_DUMP_INTR).
-func dump(fd int, family uint8, port uint16, seq *uint32) ([]Listener, error) {
+func dump(fd int, family uint8, port uint16, states uint32, seq *uint32) ([]Listener, error) {
 	for range maxAttempts {
 		*seq++
-		if err := send(fd, request(family, port, *seq)); err != nil {
+		if err := send(fd, requestStates(family, port, states, *seq)); err != nil {
 			return nil, err
 		}
-		ls, intr, err := receive(fd, family, port, *seq)
+		ls, intr, err := receive(fd, family, port, states, *seq)
 		if err != nil || !intr {
 			return ls, err
 		}
@@ -91,7 +91,7 @@ func send(fd int, req []byte) error {
 }
 
 // receive reads datagrams until the dump with sequence number seq is done.
-func receive(fd int, family uint8, port uint16, seq uint32) (ls []Listener, intr bool, err error) {
+func receive(fd int, family uint8, port uint16, states uint32, seq uint32) (ls []Listener, intr bool, err error) {
 	buf := make([]byte, bufSize)
 	for range maxBatches {
 		// Peek at the real size first, so that no datagram is ever truncated.
@@ -109,7 +109,7 @@ func receive(fd int, family uint8, port uint16, seq uint32) (ls []Listener, intr
 			continue // unicast from another process to our port ID: not an answer
 		}
 		var r result
-		if ls, r, err = parse(buf[:n], seq, family, port, ls); err != nil {
+		if ls, r, err = parse(buf[:n], seq, family, port, states, ls); err != nil {
 			return nil, false, err
 		}
 		intr = intr || r.intr

@@ -15,16 +15,27 @@
 // /proc/*/fd. Processes that exit during the scan are skipped; fd directories
 // that cannot be read are reported, never ignored silently.
 //
+// Handshakes dumps the request sockets of a port (states SYN_RECV and
+// NEW_SYN_RECV): inet_diag reports them with the listener's port but inode
+// and UID 0, so they cannot be attributed to one member of a reuseport group.
+// IncomingCPU reads a listener's SO_INCOMING_CPU, which inet_diag does not
+// report, through a copy of a holder's fd (FDs finds its number, LocalPID
+// translates /proc's PID to the caller's PID namespace, pidfd_getfd copies
+// it).
+//
 // # Security
 //
 // Dumping listeners needs no privilege: any user sees every listener of the
 // namespace, with its owner UID. Reading another process's /proc/PID/fd needs
 // ptrace read access (same UID, or CAP_SYS_PTRACE); without it the PID is
-// reported as unreadable.
+// reported as unreadable. IncomingCPU needs ptrace attach access
+// (pidfd_getfd: the same UID, unless Yama's ptrace_scope restricts it, or
+// CAP_SYS_PTRACE).
 //
 // # Kernel requirements
 //
 // Linux 3.3 (inet_diag_req_v2 and SOCK_DIAG_BY_FAMILY); NetNS needs 3.17
-// (/proc/thread-self). On other systems every function returns an error
+// (/proc/thread-self), Handshakes 4.4 (request sockets in the established
+// hash), IncomingCPU 5.6 (pidfd_getfd). On other systems every function returns an error
 // wrapping errors.ErrUnsupported.
 package sockdiag

@@ -12,7 +12,12 @@ import (
 // Layouts from include/uapi/linux/inet_diag.h. Netlink headers and most
 // inet_diag fields are in host byte order; ports and addresses are big-endian.
 const (
-	tcpListen = 10 // TCP_LISTEN, include/net/tcp_states.h
+	tcpListen     = 10 // TCP_LISTEN, include/net/tcp_states.h
+	tcpSynRecv    = 3  // TCP_SYN_RECV: how inet_diag reports a request socket
+	tcpNewSynRecv = 12 // TCP_NEW_SYN_RECV: a request socket's own state
+
+	listenStates    = 1 << tcpListen
+	handshakeStates = 1<<tcpSynRecv | 1<<tcpNewSynRecv
 
 	sizeofReqV2   = 56 // struct inet_diag_req_v2
 	sizeofDiagMsg = 72 // struct inet_diag_msg
@@ -37,6 +42,11 @@ var native = binary.NativeEndian
 // request encodes an nlmsghdr and an inet_diag_req_v2 asking for a dump of the
 // TCP listeners of family, on port if it is not 0.
 func request(family uint8, port uint16, seq uint32) []byte {
+	return requestStates(family, port, listenStates, seq)
+}
+
+// requestStates is request for the TCP sockets in states (a bit per state).
+func requestStates(family uint8, port uint16, states, seq uint32) []byte {
 	b := make([]byte, unix.SizeofNlMsghdr+sizeofReqV2)
 	native.PutUint32(b[0:], uint32(len(b)))
 	native.PutUint16(b[4:], unix.SOCK_DIAG_BY_FAMILY)
@@ -46,7 +56,7 @@ func request(family uint8, port uint16, seq uint32) []byte {
 	r := b[unix.SizeofNlMsghdr:]
 	r[0] = family
 	r[1] = unix.IPPROTO_TCP
-	native.PutUint32(r[4:], 1<<tcpListen)
+	native.PutUint32(r[4:], states)
 	// The kernel skips listeners on other ports when idiag_sport is set.
 	binary.BigEndian.PutUint16(r[reqID+idSport:], port)
 	return b
@@ -58,9 +68,9 @@ type result struct {
 	intr bool // NLM_F_DUMP_INTR seen: the dump may be inconsistent
 }
 
-// parse appends to ls the listeners in one datagram of the dump with sequence
-// number seq. Messages of other sequence numbers are stale and skipped.
-func parse(b []byte, seq uint32, family uint8, port uint16, ls []Listener) ([]Listener, result, error) {
+// parse appends to ls the sockets in states in one datagram of the dump with
+// sequence number seq. Messages of other sequence numbers are stale and skipped.
+func parse(b []byte, seq uint32, family uint8, port uint16, states uint32, ls []Listener) ([]Listener, result, error) {
 	var r result
 	for len(b) > 0 && !r.done {
 		if len(b) < unix.SizeofNlMsghdr {
@@ -90,7 +100,7 @@ func parse(b []byte, seq uint32, family uint8, port uint16, ls []Listener) ([]Li
 			}
 			r.done = true // an ACK (error 0) ends the exchange too
 		case unix.SOCK_DIAG_BY_FAMILY:
-			l, ok, err := decode(body, family, port)
+			l, ok, err := decode(body, family, port, states)
 			if err != nil {
 				return nil, r, err
 			}
@@ -121,13 +131,13 @@ func errnoIn(body []byte, required bool) error {
 
 // decode reads one struct inet_diag_msg (attributes after it are ignored).
 // ok is false for a socket the request did not ask for.
-func decode(m []byte, family uint8, port uint16) (l Listener, ok bool, err error) {
+func decode(m []byte, family uint8, port uint16, states uint32) (l Listener, ok bool, err error) {
 	if len(m) < sizeofDiagMsg {
 		return l, false, fmt.Errorf("%w: inet_diag_msg of %d bytes", errMalformed, len(m))
 	}
 	id := m[msgID:]
 	sport := binary.BigEndian.Uint16(id[idSport:])
-	if m[0] != family || m[1] != tcpListen || (port != 0 && sport != port) {
+	if m[0] != family || m[1] >= 32 || states&(1<<m[1]) == 0 || (port != 0 && sport != port) {
 		return l, false, nil
 	}
 	var addr netip.Addr

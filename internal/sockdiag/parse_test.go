@@ -68,16 +68,16 @@ func TestParse(t *testing.T) {
 	dgram = append(dgram, nlmsg(unix.SOCK_DIAG_BY_FAMILY, unix.NLM_F_MULTI, 4, diagMsg(v4, 1))...)         // not listening
 	dgram = append(dgram, nlmsg(unix.SOCK_DIAG_BY_FAMILY, unix.NLM_F_MULTI, 4, diagMsg(v6, tcpListen))...)
 
-	ls, r, err := parse(dgram, 4, unix.AF_INET, 0, nil)
+	ls, r, err := parse(dgram, 4, unix.AF_INET, 0, listenStates, nil)
 	if err != nil || r.done || r.intr || len(ls) != 1 || ls[0] != v4 {
 		t.Fatalf("inet: %+v %+v %v, want [%+v]", ls, r, err, v4)
 	}
-	ls, _, err = parse(dgram, 4, unix.AF_INET, 81, nil)
+	ls, _, err = parse(dgram, 4, unix.AF_INET, 81, listenStates, nil)
 	if err != nil || len(ls) != 0 {
 		t.Fatalf("port 81: %+v %v, want none", ls, err)
 	}
 	done := nlmsg(unix.NLMSG_DONE, unix.NLM_F_MULTI|unix.NLM_F_DUMP_INTR, 4, errno(0))
-	ls, r, err = parse(append(dgram, done...), 4, unix.AF_INET6, 0, ls)
+	ls, r, err = parse(append(dgram, done...), 4, unix.AF_INET6, 0, listenStates, ls)
 	if err != nil || !r.done || !r.intr || len(ls) != 1 || ls[0] != v6 {
 		t.Fatalf("inet6: %+v %+v %v, want [%+v] done intr", ls, r, err, v6) // v6 unmapped nothing
 	}
@@ -100,7 +100,7 @@ func TestParseErrors(t *testing.T) {
 		{"short inet_diag_msg", nlmsg(unix.SOCK_DIAG_BY_FAMILY, 0, 1, make([]byte, 71)), 0},
 		{"unknown type", nlmsg(99, 0, 1, nil), 0},
 	} {
-		_, _, err := parse(tt.dgram, 1, unix.AF_INET, 0, nil)
+		_, _, err := parse(tt.dgram, 1, unix.AF_INET, 0, listenStates, nil)
 		var se *os.SyscallError
 		switch {
 		case tt.errno == 0 && !errors.Is(err, errMalformed):
@@ -111,7 +111,7 @@ func TestParseErrors(t *testing.T) {
 	}
 	// A DONE without payload and an ACK end the dump without error.
 	for _, m := range [][]byte{nlmsg(unix.NLMSG_DONE, 0, 1, nil), nlmsg(unix.NLMSG_ERROR, 0, 1, errno(0))} {
-		if _, r, err := parse(m, 1, unix.AF_INET, 0, nil); err != nil || !r.done {
+		if _, r, err := parse(m, 1, unix.AF_INET, 0, listenStates, nil); err != nil || !r.done {
 			t.Errorf("type %d: %+v %v, want done", native.Uint16(m[4:]), r, err)
 		}
 	}

@@ -42,3 +42,27 @@ func Hidden() (string, error) {
 func Suspects(pids []int, self int) ([]int, error) {
 	return nil, fmt.Errorf("sockdiag: suspects: %w", errors.ErrUnsupported)
 }
+
+// Handshakes needs NETLINK_SOCK_DIAG; on this system it returns an error
+// wrapping errors.ErrUnsupported.
+func Handshakes(port uint16) ([]Handshake, error) {
+	return nil, fmt.Errorf("sockdiag: handshakes: %w", errors.ErrUnsupported)
+}
+
+// FDs needs Linux's /proc; on this system it returns an error wrapping
+// errors.ErrUnsupported.
+func FDs(pid int, inode uint64) ([]int, error) {
+	return nil, fmt.Errorf("sockdiag: fds: %w", errors.ErrUnsupported)
+}
+
+// LocalPID needs Linux's /proc; on this system it returns an error wrapping
+// errors.ErrUnsupported.
+func LocalPID(procPID int) (int, error) {
+	return 0, fmt.Errorf("sockdiag: local pid: %w", errors.ErrUnsupported)
+}
+
+// IncomingCPU needs Linux; on this system it returns an error wrapping
+// errors.ErrUnsupported.
+func IncomingCPU(pid int, inode uint64) (int, error) {
+	return -2, fmt.Errorf("sockdiag: incoming cpu: %w", errors.ErrUnsupported)
+}

@@ -1,17 +1,8 @@
 package steer_test
 
 import (
-	"flag"
-	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
@@ -28,44 +19,18 @@ const envBenchNetNS = "ZERODROP_STEER_BENCH_NETNS"
 // itself in a fresh network namespace (root only); the numbers are the
 // sub-benchmark lines of that child, printed above the parent's SKIP line.
 func BenchmarkAccept(b *testing.B) {
-	if os.Getenv(envBenchNetNS) == "" {
-		benchInNamespace(b)
+	if !netnstest.BenchInNamespace(b, envBenchNetNS) {
 		return
-	}
-	if err := loUp(); err != nil {
-		b.Fatal(err)
 	}
 	b.Run("interleaved", benchInterleaved)
 }
 
-// benchInNamespace runs this benchmark again in a child in a new network
-// namespace, with the parent's -test.benchtime, -test.count and -test.cpu,
-// and skips the parent (which go test runs only once after a skip).
-func benchInNamespace(b *testing.B) {
-	netnstest.RequirePrivileged(b)
-	args := []string{"-test.run=^$", "-test.bench=^" + b.Name() + "$"}
-	for _, name := range []string{"test.benchtime", "test.count", "test.cpu"} {
-		if f := flag.Lookup(name); f != nil {
-			args = append(args, "-"+name+"="+f.Value.String())
-		}
-	}
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), envBenchNetNS+"=1")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Run(); err != nil {
-		b.Fatalf("benchmark child: %v", err)
-	}
-	b.Skip("measured in a namespace child: see its lines above")
-}
-
 // acceptGroup is a two-member group whose members accept and close.
 type acceptGroup struct {
-	addr     string
-	dir      string // pins of the steered group
-	ls       []*reuseport.Listener
-	accepted atomic.Int64
-	wg       sync.WaitGroup
+	addr string
+	dir  string // pins of the steered group
+	ls   []*reuseport.Listener
+	netnstest.Acceptor
 }
 
 func newAcceptGroup(b *testing.B, cfg *steer.Config) *acceptGroup {
@@ -77,51 +42,15 @@ func newAcceptGroup(b *testing.B, cfg *steer.Config) *acceptGroup {
 			g.dir = join(b, cfg, l).Group().Dir()
 		}
 		g.ls = append(g.ls, l)
-		g.wg.Add(1)
-		go func() {
-			defer g.wg.Done()
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				g.accepted.Add(1)
-				c.Close()
-			}
-		}()
+		g.Serve(l)
 	}
 	b.Cleanup(func() {
 		for _, l := range g.ls {
 			l.Close()
 		}
-		g.wg.Wait()
+		g.Wait()
 	})
 	return g
-}
-
-// batch connects n clients from 4 goroutines and waits (at most 10 s) until
-// the group accepted them all; it returns the time taken.
-func (g *acceptGroup) batch(n int) time.Duration {
-	start := time.Now()
-	want := g.accepted.Load() + int64(n)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(n) {
-				if c, err := net.Dial("tcp4", g.addr); err == nil {
-					c.Close()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for deadline := time.Now().Add(10 * time.Second); g.accepted.Load() < want && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Microsecond)
-	}
-	return time.Since(start)
 }
 
 // benchInterleaved alternates batches of 100 connections between a plain
@@ -148,51 +77,8 @@ func benchInterleaved(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const size = 100
-	var tp, ts time.Duration
-	var ratios []float64
-	b.ResetTimer()
-	for done, i := 0, 0; done < b.N; done, i = done+size, i+1 {
-		n := min(size, b.N-done)
-		var p, s time.Duration
-		if i%2 == 0 { // alternate which group goes first
-			p = plain.batch(n)
-			s = steered.batch(n)
-		} else {
-			s = steered.batch(n)
-			p = plain.batch(n)
-		}
-		tp, ts = tp+p, ts+s
-		ratios = append(ratios, p.Seconds()/s.Seconds())
-	}
-	b.StopTimer()
-	if plain.accepted.Load() != int64(b.N) || steered.accepted.Load() != int64(b.N) {
-		b.Fatalf("accepted %d plain and %d steered, want %d each", plain.accepted.Load(), steered.accepted.Load(), b.N)
-	}
-	b.ReportMetric(float64(b.N)/tp.Seconds(), "plain-conns/s")
-	b.ReportMetric(float64(b.N)/ts.Seconds(), "steer-conns/s")
-	b.ReportMetric(tp.Seconds()/ts.Seconds(), "steer/plain")
-	slices.Sort(ratios)
-	b.ReportMetric(ratios[len(ratios)/2], "median-batch-steer/plain")
+	netnstest.Interleave(b, "plain", plain.addr, &plain.Acceptor, "steer", steered.addr, &steered.Acceptor)
 	if after, err := prog.Stats(); err == nil && after.RunCount > before.RunCount {
 		b.ReportMetric(float64(after.Runtime-before.Runtime)/float64(after.RunCount-before.RunCount), "prog-ns/run")
 	}
-}
-
-// loUp sets IFF_UP on lo in the benchmark child's namespace.
-func loUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return os.NewSyscallError("socket", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return os.NewSyscallError("ioctl SIOCGIFFLAGS", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return os.NewSyscallError("ioctl SIOCSIFFLAGS", unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr))
 }

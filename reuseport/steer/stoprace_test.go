@@ -3,8 +3,6 @@ package steer_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -86,32 +84,10 @@ func rollUnderConnects(t *testing.T, cfg *steer.Config) stopRace {
 	addr := survivor.Addr().String()
 	var servers sync.WaitGroup
 	servers.Add(1)
-	go func() { defer servers.Done(); echoOnce(survivor) }()
+	go func() { defer servers.Done(); netnstest.Echo(survivor) }()
 
-	var (
-		mu    sync.Mutex
-		tally = netnstest.Tally{}
-		quit  = make(chan struct{})
-		cwg   sync.WaitGroup
-	)
 	snap := netnstest.Snapshot(t)
-	for range clients {
-		cwg.Add(1)
-		go func() {
-			defer cwg.Done()
-			for {
-				select {
-				case <-quit:
-					return
-				default:
-				}
-				o := netnstest.Classify(exchange(addr))
-				mu.Lock()
-				tally[o]++
-				mu.Unlock()
-			}
-		}()
-	}
+	stopClients := netnstest.Loop(clients, func() error { return netnstest.Exchange(addr) })
 	start := time.Now()
 	rolls := 0
 	for ; rolls < maxRolls && time.Since(start) < maxTime; rolls++ {
@@ -126,7 +102,7 @@ func rollUnderConnects(t *testing.T, cfg *steer.Config) stopRace {
 		}
 		var done sync.WaitGroup
 		done.Add(1)
-		go func() { defer done.Done(); echoOnce(dl) }()
+		go func() { defer done.Done(); netnstest.Echo(dl) }()
 		time.Sleep(life)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err = dl.Stop(ctx)
@@ -142,50 +118,11 @@ func rollUnderConnects(t *testing.T, cfg *steer.Config) stopRace {
 		}
 	}
 	took := time.Since(start)
-	close(quit)
-	cwg.Wait()
+	tally := stopClients()
 	d := snap.Delta(t, outRsts, estabResets, success, failure)
 	survivor.Close()
 	servers.Wait()
 	return stopRace{rolls: rolls, took: took, tally: tally, counters: d}
-}
-
-// exchange connects to addr, sends a byte and reads one back.
-func exchange(addr string) error {
-	c, err := net.DialTimeout("tcp4", addr, 2*time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write([]byte{'x'}); err != nil {
-		return err
-	}
-	_, err = io.ReadFull(c, make([]byte, 1))
-	return err
-}
-
-// echoOnce serves l until Accept fails: each connection gets its first byte
-// back, and is closed.
-func echoOnce(l net.Listener) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			b := make([]byte, 1)
-			if _, err := io.ReadFull(c, b); err == nil {
-				c.Write(b)
-			}
-		}()
-	}
 }
 
 // Members that join and leave faster than the cookies map forgets them

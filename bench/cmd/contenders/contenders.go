@@ -103,8 +103,10 @@ func (c *naive) stop(ctx context.Context) error { return c.cur.stop(ctx) }
 // pool is n workers of one mode sharing the port with SO_REUSEPORT, rolled
 // one at a time, round-robin: start the new worker, then stop the old one.
 type pool struct {
-	mode    string
-	n       int
+	mode string
+	n    int
+	// slotEnv, if set, is the environment of the workers of slot i.
+	slotEnv func(i int) []string
 	env     *runEnv
 	workers []*proc
 	next    int
@@ -120,7 +122,7 @@ func (c *pool) start(ctx context.Context, env *runEnv) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.workers[i], errs[i] = env.startWorker(ctx, c.mode, gen, nil)
+			c.workers[i], errs[i] = env.startWorker(ctx, c.mode, gen, c.envOf(i))
 		}()
 	}
 	wg.Wait()
@@ -134,7 +136,7 @@ func (c *pool) start(ctx context.Context, env *runEnv) error {
 func (c *pool) restart(ctx context.Context, mark func(string)) error {
 	i := c.next % len(c.workers)
 	c.next++
-	p, err := c.env.startWorker(ctx, c.mode, c.env.nextGen(), nil)
+	p, err := c.env.startWorker(ctx, c.mode, c.env.nextGen(), c.envOf(i))
 	if err != nil {
 		return err
 	}
@@ -142,6 +144,13 @@ func (c *pool) restart(ctx context.Context, mark func(string)) error {
 	c.workers[i] = p
 	mark("roll")
 	return old.stop(ctx)
+}
+
+func (c *pool) envOf(i int) []string {
+	if c.slotEnv == nil {
+		return nil
+	}
+	return c.slotEnv(i)
 }
 
 func (c *pool) stop(ctx context.Context) error {

@@ -9,11 +9,12 @@ import (
 )
 
 // The whole path of the command for the zerodrop worker pools: a run child in
-// new network, PID and mount namespaces (a bpf filesystem for zd-steer), its
+// new network, PID and mount namespaces (a bpf filesystem for zd-steer; zd-cpu
+// needs its workers' CPUs read across the PID namespace), its
 // JSON result, every restart done and served by new generations.
 func TestSpawnRun(t *testing.T) {
 	netnstest.RequirePrivileged(t)
-	for _, name := range []string{"zd-drain", "zd-steer"} {
+	for _, name := range []string{"zd-drain", "zd-steer", "zd-cpu"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s := runSpec{Contender: name, Concurrency: 4, Rep: 1, Restarts: 2,

@@ -1,6 +1,13 @@
 package main
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/zerodrop/zerodrop/bench/internal/worker"
+	"github.com/zerodrop/zerodrop/reuseport"
+)
 
 // zerodropSpecs are the zerodrop strategies.
 func zerodropSpecs() []spec {
@@ -17,7 +24,38 @@ func zerodropSpecs() []spec {
 		{name: "zd-steer", bpf: true,
 			about: "zerodrop: 4 reuseport workers in a reuseport/steer eBPF group, tcp_migrate_req=0, drain.Server steering away",
 			make:  func() contender { return &pool{mode: "steer", n: 4} }},
+		{name: "zd-cpu",
+			about: "zerodrop: 4 reuseport workers with SO_INCOMING_CPU (2 per CPU), tcp_migrate_req=0, drain.Server stepping out first",
+			make:  func() contender { return &pool{mode: "cpu", n: 4, slotEnv: cpuSlot} },
+			check: checkCPU},
 	}
+}
+
+// cpuSlot gives the workers of slot i the CPU i modulo the online CPUs: a
+// pool of 4 covers every CPU of a 2- or 4-CPU machine, and a slot's
+// successor has its predecessor's CPU.
+func cpuSlot(i int) []string {
+	cpus, err := reuseport.OnlineCPUs()
+	if err != nil || len(cpus) == 0 {
+		return []string{worker.EnvCPU + "=0"}
+	}
+	return []string{worker.EnvCPU + "=" + strconv.Itoa(cpus[i%len(cpus)])}
+}
+
+// checkCPU: the pool covers every CPU only with as many workers as CPUs, and
+// the pick prefers a CPU's member only since Linux 6.1.
+func checkCPU() error {
+	if err := reuseport.CPUPreference(); err != nil {
+		return err
+	}
+	cpus, err := reuseport.OnlineCPUs()
+	if err != nil {
+		return err
+	}
+	if len(cpus) > 4 || 4%len(cpus) != 0 {
+		return fmt.Errorf("%d online CPUs: 4 workers do not cover each CPU equally", len(cpus))
+	}
+	return nil
 }
 
 // handoffContender is one process upgraded with package handoff: a restart

@@ -29,6 +29,7 @@ const (
 	EnvGen  = "ZD_BENCH_GEN"    // the generation, sent back in X-Generation
 	EnvDir  = "ZD_BENCH_DIR"    // a private directory (pid files, sockets)
 	EnvBPF  = "ZD_BENCH_BPF"    // a bpf filesystem for pins, or ""
+	EnvCPU  = "ZD_BENCH_CPU"    // the worker's SO_INCOMING_CPU (mode "cpu")
 
 	// EnvListenPIDSelf, when set, has a systemd worker set LISTEN_PID to its
 	// own pid before it reads LISTEN_FDS. systemd sets it in the child
@@ -60,6 +61,7 @@ var modes = map[string]Mode{
 	"drain":     serveDrain,
 	"handoff":   serveHandoff,
 	"systemd":   serveSystemd,
+	"cpu":       serveCPU,
 }
 
 // Register adds a worker mode. Call it from an init function.

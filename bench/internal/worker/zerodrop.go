@@ -30,6 +30,23 @@ func serveDrain(ctx context.Context, w *Worker) error {
 	return w.ServeDrained(ln, func() error { return nil }, ctx.Done())
 }
 
+// serveCPU is a reuseport worker with SO_INCOMING_CPU set to EnvCPU (the
+// pool gives each CPU two workers), tcp_migrate_req=0, stopped by
+// drain.Server with StepOut: it steps out of the group's pick, waits out its
+// handshakes, accepts what is queued, and shuts down.
+func serveCPU(ctx context.Context, w *Worker) error {
+	cpu, err := strconv.Atoi(os.Getenv(EnvCPU))
+	if err != nil {
+		return fmt.Errorf("%s: %w", EnvCPU, err)
+	}
+	cfg := reuseport.Config{Migration: reuseport.MigrationIgnore, SkipUIDCheck: true, Options: reuseport.Options{IncomingCPU: &cpu}}
+	ln, err := cfg.Listen(ctx, "tcp", w.Addr)
+	if err != nil {
+		return err
+	}
+	return w.ServeDrained(ln, func() error { return nil }, ctx.Done(), drain.Options{StepOut: true, OnReport: logNotStepOut})
+}
+
 // serveHandoff inherits its listener from its predecessor over the handoff
 // socket (or creates it, the first time), serves, calls Ready, and drains
 // once its successor is ready. The socket itself never closes.
@@ -91,7 +108,12 @@ func serveSystemd(ctx context.Context, w *Worker) error {
 func (w *Worker) ServeDrained(ln net.Listener, ready func() error, stop <-chan struct{}, opts ...drain.Options) error {
 	ds := &drain.Server{HTTP: w.NewServer(), OnReport: logNotable}
 	if len(opts) > 0 {
+		// drain.Server reports through its own OnReport (it clears the
+		// listener's): a listener hook runs after logNotable.
 		ds.Listener = opts[0]
+		if f := opts[0].OnReport; f != nil {
+			ds.OnReport = func(r *drain.Report) { logNotable(r); f(r) }
+		}
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- ds.Serve(ln) }()
@@ -115,13 +137,24 @@ func (w *Worker) ServeDrained(ln net.Listener, ready func() error, stop <-chan s
 	return err
 }
 
+// logNotStepOut writes a listener's drain report to stderr (the run's
+// workers.log) when its stop did not step out of the group first.
+func logNotStepOut(r *drain.Report) {
+	if r.Method != drain.MethodStepOut {
+		b, _ := json.Marshal(r)
+		fmt.Fprintf(os.Stderr, "drain report %d: not stepped out: %s\n", os.Getpid(), b)
+	}
+}
+
 // logNotable writes a drain report to stderr (the run's workers.log) when it
 // shows anything but a clean drain: connections not accounted for, failed
-// migrations, resets sent during the stop, errors, connections closed
-// without a request or at the deadline.
+// migrations, resets sent during the stop, errors, a step-out refused or
+// handshakes left in flight, connections closed without a request or at the
+// deadline.
 func logNotable(r *drain.Report) {
 	h := r.HTTP
 	if r.Remainder == 0 && r.MigrateFailed == 0 && r.OutRsts == 0 && len(r.Errors) == 0 &&
+		r.StepOutRefused == "" && r.HandshakesLeft == 0 &&
 		(h == nil || (h.SilentClosed == 0 && len(h.Forced) == 0)) {
 		return
 	}
