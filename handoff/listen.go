@@ -52,7 +52,12 @@ func (u *Upgrader) ListenPacket(ctx context.Context, name, network, address stri
 	return f.pc, nil
 }
 
+// listenError wraps err once in a *net.OpError naming the listen: an error
+// that already is one (reuseport's) is returned as it is.
 func listenError(network, address string, err error) error {
+	if oe := (*net.OpError)(nil); errors.As(err, &oe) && oe.Op == "listen" && err == error(oe) {
+		return err
+	}
 	return &net.OpError{Op: "listen", Net: network, Addr: strAddr{network, address}, Err: err}
 }
 
