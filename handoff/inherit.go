@@ -225,9 +225,9 @@ func (u *Upgrader) receive(c *conn) (_ []*socket, err error) {
 				}
 				if errs[i] == nil && s.info.Kind != kindUnix {
 					// Listen compares the socket with what our Config would
-					// create: reuseport probes that once, so do it now, off
-					// the caller's path. A failure here is Listen's to report.
-					u.checkOptions(s.info.Network, s.sock)
+					// create: check now, off the caller's path, for the
+					// declared network. A failure is Listen's to report.
+					s.checked, s.checkErr = s.info.Network, u.checkOptions(s.info.Network, s.sock)
 				}
 				if errs[i] != nil {
 					failed.Store(true)

@@ -137,7 +137,11 @@ func (u *Upgrader) claim(name, kind, network, address string) (*socket, error) {
 // built for it while it was validated.
 func (u *Upgrader) adopt(s *socket, network string) (*obtained, error) {
 	if s.info.Kind != kindUnix {
-		if err := u.checkOptions(network, s.sock); err != nil {
+		err := s.checkErr
+		if s.checked != network {
+			err = u.checkOptions(network, s.sock)
+		}
+		if err != nil {
 			var mm *reuseport.OptionMismatchError
 			if !u.cfg.WarnOnMismatch || !errors.As(err, &mm) {
 				s.close()

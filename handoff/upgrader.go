@@ -78,6 +78,10 @@ type socket struct {
 	info socketInfo
 	fd   int
 	sock *reuseport.Socket // what the kernel says of it, read once
+	// checked is the network the validation workers ran the option check
+	// for, and checkErr its result, so that Listen need not run it again.
+	checked  string
+	checkErr error
 	// pre is the caller's listener or packet conn for an inherited socket,
 	// built (on its own dup) while the batch was validated, so that Listen
 	// costs no syscall; nil for our own sockets.

@@ -103,7 +103,7 @@ func (s *Socket) readInet(fd int) error {
 	if s.Addr, err = netip.ParseAddrPort(addr); err != nil {
 		return fmt.Errorf("getsockname %q: %w", addr, err)
 	}
-	s.Cookie, err = unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
+	s.Cookie, err = linux.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
 	if err != nil {
 		return os.NewSyscallError("getsockopt SO_COOKIE", err)
 	}
