@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/zerodrop/zerodrop/internal/linux"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -98,17 +96,18 @@ func Wrap(l net.Listener, opts Options) (*Listener, error) {
 		return nil, &net.OpError{Op: "wrap", Net: "tcp", Err: ErrNilListener}
 	}
 	var tl *net.TCPListener
+	var sock *reuseport.Socket // what reuseport read of it
 	switch v := l.(type) {
 	case *net.TCPListener:
 		tl = v
 	case *reuseport.Listener:
-		tl = v.TCPListener
+		tl, sock = v.TCPListener, v.Socket()
 	case *Listener:
 		return nil, wrapError(l, fmt.Errorf("%w: already wrapped", ErrNotSupported))
 	default:
 		return nil, wrapError(l, fmt.Errorf("%w: %T is not a *net.TCPListener", ErrNotSupported, l))
 	}
-	if err := checkProtocol(tl); err != nil {
+	if err := checkProtocol(tl, sock); err != nil {
 		return nil, wrapError(l, err)
 	}
 	if opts.CloseTimeout <= 0 {
@@ -143,18 +142,17 @@ func nilListener(l net.Listener) bool {
 	return false
 }
 
-// checkProtocol refuses sockets that are not IPPROTO_TCP.
-func checkProtocol(tl *net.TCPListener) error {
-	var proto int
-	err := linux.Control(tl, func(fd int) (err error) {
-		proto, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
-		return os.NewSyscallError("getsockopt SO_PROTOCOL", err)
-	})
-	if err != nil {
-		return err
+// checkProtocol refuses sockets that are not IPPROTO_TCP. s is what
+// reuseport read of tl, or nil to read it now.
+func checkProtocol(tl *net.TCPListener, s *reuseport.Socket) error {
+	if s == nil {
+		var err error
+		if s, err = reuseport.ReadSocket(tl); err != nil {
+			return err
+		}
 	}
-	if proto != unix.IPPROTO_TCP {
-		return fmt.Errorf("%w: socket protocol %d is not IPPROTO_TCP (MPTCP listeners are not drained)", ErrNotSupported, proto)
+	if s.Protocol != unix.IPPROTO_TCP {
+		return fmt.Errorf("%w: socket protocol %d is not IPPROTO_TCP (MPTCP listeners are not drained)", ErrNotSupported, s.Protocol)
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ type connDecl struct {
 // to be read), bound to the declared local address and connected to the
 // declared peer. Each failure is a *ValidationError.
 func validateConn(fd int, d *connDecl) error {
-	if err := validateKind(fd, &d.socketInfo, nil); err != nil {
+	if _, err := validateKind(fd, &d.socketInfo); err != nil {
 		return err
 	}
 	bad := func(check, want, got string, err error) error {

@@ -106,8 +106,12 @@
 // stale socket, never another kind of file. Each received fd is checked: fstat says
 // socket; SO_DOMAIN, SO_TYPE and SO_PROTOCOL fit the declared kind and network;
 // SO_ACCEPTCONN is set for listeners; getsockname equals the declared address;
-// the reuseport option digest equals the declared one (*ValidationError). Listen
-// then compares the inherited socket's options with Config.Listen and fails
+// the declared option values agree with the socket's on every option both
+// releases read (or, from a predecessor that sends no values, the version 1
+// digest hash is equal) (*ValidationError). reuseport reads each socket once
+// (reuseport.ReadFD). Listen then compares the inherited socket's options with
+// Config.Listen (reuseport.Config.Check: every option equal, the backlog what
+// Config.Listen asks clamped to net.core.somaxconn) and fails
 // with *reuseport.OptionMismatchError naming each difference (or logs it, with
 // WarnOnMismatch): the kernel docs warn that migrating between listeners with
 // different options may break programs. Every fd of a failed or partial
@@ -158,7 +162,17 @@
 // handoff socket is neither sent nor expected and the successor binds its own
 // at Ready as before, so upgrades across the change work in both directions
 // (only they keep the old window). Fields whose value is zero are omitted ("uid" of root,
-// "generation" 0, "first" 0). Keys are matched exactly (case-sensitively), and
+// "generation" 0, "first" 0). A successor of this release also says
+// "options":true in its hello; the offer it gets then carries
+// "option_sets":{"<digest>":{"SO_REUSEPORT":"1",...}}, each inet socket's
+// option values keyed by name, once per distinct digest, and each socket's
+// "digest" names its set: the successor compares the options both releases
+// read, so a release that adds an option to reuseport's table still hands
+// over to and from this one. A successor without the key gets the version 1
+// offer ("digest" is the hash over the first release's option table,
+// reuseport.Digest.LegacyString). A predecessor of the release before refuses
+// the key ("protocol", naming it; not counted as a failure), and the
+// successor says hello again without it. Keys are matched exactly (case-sensitively), and
 // a key that is unknown or repeated, in a frame or an offered socket, is a
 // protocol error: the hello's keys are therefore the same in every version,
 // so that a peer of another version is told "version". No frame may carry

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/shared"
+	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
 )
 
@@ -51,9 +53,22 @@ func code(err error) string {
 	return codeInternal
 }
 
-// hello is our hello frame.
-func (u *Upgrader) hello(role string, gen uint64) *frame {
-	return &frame{Type: typeHello, Version: Version, Role: role, PID: os.Getpid(), UID: uint32(os.Geteuid()), Generation: gen, Handoff: role != roleObserver}
+// hello is our hello frame. A successor's asks for option values, unless
+// the predecessor refused the key (values is false then).
+func (u *Upgrader) hello(role string, gen uint64, values bool) *frame {
+	return &frame{Type: typeHello, Version: Version, Role: role, PID: os.Getpid(), UID: uint32(os.Geteuid()), Generation: gen,
+		Handoff: role != roleObserver, Options: role == roleSuccessor && values}
+}
+
+// errNoValues says the predecessor is of a release that does not know the
+// hello's "options" key: it answered "protocol" naming it, before anything
+// else (no transfer began, and it counts no failure).
+var errNoValues = errors.New(`predecessor refuses the hello's "options" key`)
+
+// refusedValues reports whether f is an older predecessor's answer to a
+// hello that carried "options".
+func refusedValues(f *frame) bool {
+	return f.Type == typeError && f.Code == codeProtocol && strings.Contains(f.Message, `unknown key "options"`)
 }
 
 // maxRedials bounds how often connect dials again after a hang-up.
@@ -73,6 +88,13 @@ func (u *Upgrader) connect(ctx, dctx context.Context) (fresh bool, err error) {
 			return err == nil, err
 		}
 		err = u.inherit(ctx, nc)
+		if errors.Is(err, errNoValues) {
+			// An older predecessor: say hello as its release does (once;
+			// it does not count as a redial).
+			u.noValues = true
+			i--
+			continue
+		}
 		if err == nil {
 			u.fback = nil // we inherited after all
 		}
@@ -105,7 +127,7 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	defer c.bind(ctx)()
 	defer func() {
 		if err != nil {
-			if !predecessorGone(err) && !errors.As(err, new(*RemoteError)) {
+			if !predecessorGone(err) && !errors.As(err, new(*RemoteError)) && !errors.Is(err, errNoValues) {
 				c.send(&frame{Type: typeError, Code: code(err), Message: err.Error()}, nil)
 			}
 			c.Close()
@@ -118,7 +140,7 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	if err := allowed(cred, u.cfg.AllowUIDs); err != nil {
 		return err
 	}
-	if err := c.send(u.hello(roleSuccessor, 0), nil); err != nil {
+	if err := c.send(u.hello(roleSuccessor, 0, !u.noValues), nil); err != nil {
 		return err
 	}
 	f, _, err := c.recv(0)
@@ -130,6 +152,9 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	}
 	if err != nil {
 		return err
+	}
+	if !u.noValues && refusedValues(f) {
+		return errNoValues
 	}
 	if err := expect(f, typeHello); err != nil {
 		return err
@@ -183,7 +208,7 @@ func (u *Upgrader) receive(c *conn) (_ []*socket, err error) {
 	if err := expect(f, typeOffer); err != nil {
 		return nil, err
 	}
-	offer := f.Sockets
+	offer, sets := f.Sockets, f.OptionSets
 	socks := make([]*socket, len(offer))
 	errs := make([]error, len(offer))
 	var failed atomic.Bool
@@ -195,14 +220,14 @@ func (u *Upgrader) receive(c *conn) (_ []*socket, err error) {
 			defer wg.Done()
 			for i := range queue {
 				s := socks[i]
-				if s.digest, errs[i] = validate(s.fd, &s.info); errs[i] == nil {
+				if s.sock, errs[i] = validate(s.fd, &s.info, sets); errs[i] == nil {
 					s.pre, errs[i] = prebuild(s)
 				}
-				if errs[i] == nil && s.digest != nil {
+				if errs[i] == nil && s.info.Kind != kindUnix {
 					// Listen compares the socket with what our Config would
-					// create: probe that now, off the caller's path. A
-					// failure here is Listen's to report.
-					u.want(s.info.Network, domainOf(value(*s.digest, "SO_DOMAIN")), sockType(s.info.Kind))
+					// create: check now, off the caller's path, for the
+					// declared network. A failure is Listen's to report.
+					s.checked, s.checkErr = s.info.Network, u.checkOptions(s.info.Network, s.sock)
 				}
 				if errs[i] != nil {
 					failed.Store(true)
@@ -281,9 +306,8 @@ func (u *Upgrader) receiveBatches(c *conn, offer []socketInfo, take func([]int),
 	return nil
 }
 
-// prebuild wraps a dup of a validated socket as the net.Listener or
-// net.PacketConn that Listen will return; a unix listener never unlinks its
-// path.
+// prebuild wraps a dup of a validated socket as the listener or packet conn
+// that Listen will return.
 func prebuild(s *socket) (*obtained, error) {
 	fd, err := linux.DupCloexec(s.fd)
 	if err != nil {
@@ -291,17 +315,43 @@ func prebuild(s *socket) (*obtained, error) {
 	}
 	f := os.NewFile(uintptr(fd), s.info.Name)
 	defer f.Close()
+	return wrapFile(f, s.info.Kind, s.sock)
+}
+
+// wrapFile makes the caller's listener or packet conn of a socket of kind
+// from a file (a dup: f stays the caller's): a *reuseport.Listener or
+// *reuseport.PacketConn for inet sockets, whatever their origin, with so
+// (what reuseport read of the socket, or nil to read it); a
+// *net.UnixListener that never unlinks its path for unix ones.
+func wrapFile(f *os.File, kind string, so *reuseport.Socket) (*obtained, error) {
 	out := &obtained{}
-	if s.info.Kind == kindUDP {
-		out.pc, err = net.FilePacketConn(f)
-	} else {
-		out.ln, err = net.FileListener(f)
+	if kind == kindUDP {
+		pc, err := net.FilePacketConn(f)
+		if err != nil {
+			return nil, err
+		}
+		if out.pc, err = reuseport.NewPacketConn(pc.(*net.UDPConn), so); err != nil {
+			pc.Close()
+			return nil, err
+		}
+		return out, nil
 	}
+	ln, err := net.FileListener(f)
 	if err != nil {
 		return nil, err
 	}
-	if ul, ok := out.ln.(*net.UnixListener); ok {
-		ul.SetUnlinkOnClose(false)
+	switch l := ln.(type) {
+	case *net.UnixListener:
+		l.SetUnlinkOnClose(false)
+		out.ln = l
+	case *net.TCPListener:
+		if out.ln, err = reuseport.NewListener(l, so); err != nil {
+			l.Close()
+			return nil, err
+		}
+	default:
+		ln.Close()
+		return nil, fmt.Errorf("%T for a %s socket", ln, kind)
 	}
 	return out, nil
 }
@@ -327,7 +377,7 @@ func (u *Upgrader) receiveSelf(c *conn) (*net.UnixListener, error) {
 	if err := checkHandoffName(u.cfg.Path, &s.info); err != nil {
 		return nil, err
 	}
-	if _, err := validate(s.fd, &s.info); err != nil {
+	if _, err := validate(s.fd, &s.info, nil); err != nil {
 		return nil, err
 	}
 	o, err := prebuild(s)

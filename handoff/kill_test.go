@@ -108,7 +108,7 @@ func TestPredecessorKilledMidTransfer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, fresh := ln.(*reuseport.Listener); fresh || ln.Addr().String() != addr {
+		if _, same := ln.(*reuseport.Listener); !same || ln.Addr().String() != addr {
 			t.Fatalf("http: %T on %s, want the inherited socket on %s", ln, ln.Addr(), addr)
 		}
 		if got := listenerInode(t, ln); got != ino {

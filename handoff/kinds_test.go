@@ -132,8 +132,11 @@ func TestThousandListeners(t *testing.T) {
 			if ln.Addr().String() != addrs[i] {
 				t.Fatalf("listener %d on %s, was %s", i, ln.Addr(), addrs[i])
 			}
-			if _, ok := ln.(*net.TCPListener); !ok {
-				t.Fatalf("listener %d is %T, want an inherited *net.TCPListener", i, ln)
+			// Inherited or fresh, a TCP listener is a *reuseport.Listener
+			// that says what the kernel reports of its options.
+			rl, ok := ln.(*reuseport.Listener)
+			if !ok || rl.Digest().Backlog() == 0 || rl.Effective().Backlog != rl.Digest().Backlog() || rl.Socket().Cookie == 0 {
+				t.Fatalf("listener %d is %T (%+v), want an inherited *reuseport.Listener with its digest", i, ln, rl)
 			}
 		}
 		old.Close()

@@ -22,8 +22,10 @@ import (
 // reuseport for "tcp", "tcp4", "tcp6", or a "unix" listener. A port 0 matches
 // the inherited port. Unix listeners never unlink their path on Close, so
 // neither the predecessor's nor ours removes the file the other uses. The
-// caller owns the listener; the Upgrader keeps its own reference (a dup) to
-// offer the socket to a successor.
+// listener is a *reuseport.Listener for "tcp", "tcp4" and "tcp6" whatever its
+// origin (so Digest and Effective are always there), a *net.UnixListener for
+// "unix". The caller owns the listener; the Upgrader keeps its own reference
+// (a dup) to offer the socket to a successor.
 func (u *Upgrader) Listen(ctx context.Context, name, network, address string) (net.Listener, error) {
 	kind := map[string]string{"tcp": kindTCP, "tcp4": kindTCP, "tcp6": kindTCP, "unix": kindUnix}[network]
 	if kind == "" {
@@ -33,21 +35,11 @@ func (u *Upgrader) Listen(ctx context.Context, name, network, address string) (n
 	if err != nil {
 		return nil, listenError(network, address, err)
 	}
-	if f.ln != nil {
-		return f.ln, nil
-	}
-	defer f.file.Close()
-	ln, err := net.FileListener(f.file)
-	if err != nil {
-		return nil, listenError(network, address, err)
-	}
-	if ul, ok := ln.(*net.UnixListener); ok {
-		ul.SetUnlinkOnClose(false)
-	}
-	return ln, nil
+	return f.ln, nil
 }
 
-// ListenPacket is Listen for UDP sockets ("udp", "udp4", "udp6").
+// ListenPacket is Listen for UDP sockets ("udp", "udp4", "udp6"); the conn is
+// a *reuseport.PacketConn whatever its origin.
 func (u *Upgrader) ListenPacket(ctx context.Context, name, network, address string) (net.PacketConn, error) {
 	kind := map[string]string{"udp": kindUDP, "udp4": kindUDP, "udp6": kindUDP}[network]
 	if kind == "" {
@@ -57,18 +49,15 @@ func (u *Upgrader) ListenPacket(ctx context.Context, name, network, address stri
 	if err != nil {
 		return nil, listenError(network, address, err)
 	}
-	if f.pc != nil {
-		return f.pc, nil
-	}
-	defer f.file.Close()
-	pc, err := net.FilePacketConn(f.file)
-	if err != nil {
-		return nil, listenError(network, address, err)
-	}
-	return pc, nil
+	return f.pc, nil
 }
 
+// listenError wraps err once in a *net.OpError naming the listen: an error
+// that already is one (reuseport's) is returned as it is.
 func listenError(network, address string, err error) error {
+	if oe := (*net.OpError)(nil); errors.As(err, &oe) && oe.Op == "listen" && err == error(oe) {
+		return err
+	}
 	return &net.OpError{Op: "listen", Net: network, Addr: strAddr{network, address}, Err: err}
 }
 
@@ -77,11 +66,10 @@ type strAddr struct{ net, addr string }
 func (a strAddr) Network() string { return a.net }
 func (a strAddr) String() string  { return a.addr }
 
-// obtained is a socket for the caller: a file to wrap, or a fresh listener.
+// obtained is a socket for the caller: a listener or a packet conn.
 type obtained struct {
-	file *os.File
-	ln   net.Listener
-	pc   net.PacketConn
+	ln net.Listener
+	pc net.PacketConn
 }
 
 // obtain finds or creates socket name, and registers our reference to it.
@@ -101,7 +89,7 @@ func (u *Upgrader) obtain(ctx context.Context, name, kind, network, address stri
 		}
 	}
 	if err == nil {
-		if err = s.describe(); err != nil {
+		if err = s.describe(out); err != nil {
 			closeFDs([]int{s.fd})
 			closeObtained(out)
 		}
@@ -149,7 +137,11 @@ func (u *Upgrader) claim(name, kind, network, address string) (*socket, error) {
 // built for it while it was validated.
 func (u *Upgrader) adopt(s *socket, network string) (*obtained, error) {
 	if s.info.Kind != kindUnix {
-		if err := u.checkOptions(network, s.info.Kind, *s.digest); err != nil {
+		err := s.checkErr
+		if s.checked != network {
+			err = u.checkOptions(network, s.sock)
+		}
+		if err != nil {
 			var mm *reuseport.OptionMismatchError
 			if !u.cfg.WarnOnMismatch || !errors.As(err, &mm) {
 				s.close()
@@ -165,26 +157,38 @@ func (u *Upgrader) adopt(s *socket, network string) (*obtained, error) {
 }
 
 // describe records, once, what offer declares for the socket: its bound
-// address and, for inet sockets, its option digest. Neither changes while we
-// hold the socket: options are set before bind, and a bound socket stays
-// bound.
-func (s *socket) describe() error {
+// address and, for inet sockets, its options, taken from what reuseport read
+// of the caller's listener (or read now). Neither changes while we hold the
+// socket: options are set before bind, and a bound socket stays bound.
+func (s *socket) describe(out *obtained) error {
+	if s.sock == nil {
+		s.sock = socketOf(out)
+	}
+	if s.sock == nil {
+		so, err := reuseport.ReadFD(s.fd)
+		if err != nil {
+			return err
+		}
+		s.sock = so
+	}
 	if s.info.Address == "" {
-		addr, err := linux.Sockname(s.fd)
-		if err != nil {
-			return err
-		}
-		s.info.Address = addr
+		s.info.Address = s.sock.Address()
 	}
-	if s.digest == nil && s.info.Kind != kindUnix {
-		d, err := reuseport.ReadDigest(rawFD(s.fd))
-		if err != nil {
-			return err
+	return nil
+}
+
+// socketOf returns what reuseport read of the caller's socket, if it did.
+func socketOf(out *obtained) *reuseport.Socket {
+	switch {
+	case out == nil:
+	case out.ln != nil:
+		if l, ok := out.ln.(*reuseport.Listener); ok {
+			return l.Socket()
 		}
-		s.digest = &d
-	}
-	if s.digest != nil && s.info.Digest == "" {
-		s.info.Digest = s.digest.String()
+	case out.pc != nil:
+		if p, ok := out.pc.(*reuseport.PacketConn); ok {
+			return p.Socket()
+		}
 	}
 	return nil
 }
@@ -203,9 +207,15 @@ func (u *Upgrader) activated(name, kind, network, address string) (*socket, *obt
 		f.Close()
 		return nil, nil, err
 	}
+	out, err := wrapFile(f, kind, nil)
+	f.Close()
+	if err != nil {
+		closeFDs([]int{fd})
+		return nil, nil, err
+	}
 	shared.Mark(fd, shared.Systemd) // a failure leaves drain to its holder scan
 	u.log.Info("from systemd", zap.String("event", "handoff.listen.systemd"), zap.String("name", name), zap.String("network", network), zap.String("address", address))
-	return &socket{info: socketInfo{Name: name, Kind: kind, Network: network}, fd: fd}, &obtained{file: f}, nil
+	return &socket{info: socketInfo{Name: name, Kind: kind, Network: network}, fd: fd}, out, nil
 }
 
 // fresh creates the socket.
@@ -295,8 +305,6 @@ func dupConn(c syscall.Conn) (int, error) {
 func closeObtained(o *obtained) {
 	switch {
 	case o == nil:
-	case o.file != nil:
-		o.file.Close()
 	case o.ln != nil:
 		o.ln.Close()
 	case o.pc != nil:

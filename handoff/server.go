@@ -215,7 +215,7 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 		}
 		return err
 	}
-	h := s.u.hello(rolePredecessor, s.u.gen)
+	h := s.u.hello(rolePredecessor, s.u.gen, false)
 	if f.Role == roleObserver {
 		s.mu.Lock()
 		h.LastError, h.Failures = s.last, s.fails
@@ -232,7 +232,7 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 	log.Info("successor connected", zap.String("event", "handoff.successor_connected"))
 	res := Result{From: s.u.gen, PID: f.PID}
 	start := time.Now()
-	err = s.transfer(c, h, f.Handoff, log, &res)
+	err = s.transfer(c, h, f, log, &res)
 	if err != nil {
 		share(s.u.offer(), false)
 	}
@@ -262,10 +262,10 @@ func (s *server) done(res Result, err error) {
 }
 
 // transfer sends hello, offer and fd batches, then the handoff socket itself
-// if the successor takes it (self), then waits for ready. Once a successor
+// if the successor takes it (its hello says so), then waits for ready. Once a successor
 // took over, any later one is refused as in progress: the sockets and the
 // handoff socket are the first successor's now.
-func (s *server) transfer(c *conn, h *frame, self bool, log *zap.Logger, res *Result) error {
+func (s *server) transfer(c *conn, h, hello *frame, log *zap.Logger, res *Result) error {
 	start := time.Now()
 	s.mu.Lock()
 	over := s.over
@@ -280,11 +280,7 @@ func (s *server) transfer(c *conn, h *frame, self bool, log *zap.Logger, res *Re
 	socks := s.u.offer()
 	res.Sockets = len(socks)
 	share(socks, true)
-	infos := make([]socketInfo, len(socks))
-	for i, so := range socks {
-		infos[i] = so.info
-	}
-	if err := c.send(&frame{Type: typeOffer, Sockets: infos}, nil); err != nil {
+	if err := c.send(offerFrame(socks, hello.Options), nil); err != nil {
 		return err
 	}
 	for first := 0; first < len(socks); first += BatchFDs {
@@ -310,13 +306,41 @@ func (s *server) transfer(c *conn, h *frame, self bool, log *zap.Logger, res *Re
 			return err
 		}
 	}
-	if self {
+	if hello.Handoff {
 		if err := s.sendSelf(c); err != nil {
 			return err
 		}
 	}
-	log.Info("sockets handed over; waiting for ready", zap.String("event", "handoff.sent"), zap.Int("count", len(socks)), zap.Bool("handoff_socket", self), zap.Duration("took", time.Since(start)))
+	log.Info("sockets handed over; waiting for ready", zap.String("event", "handoff.sent"), zap.Int("count", len(socks)), zap.Bool("handoff_socket", hello.Handoff), zap.Duration("took", time.Since(start)))
 	return s.awaitReady(c, log, start)
+}
+
+// offerFrame declares socks. With values (the successor reads them), each
+// inet socket's digest names its set of option values in OptionSets, which
+// the successor compares on the options both versions know; without, the
+// digest is the version 1 hash, which an older successor compares.
+func offerFrame(socks []*socket, values bool) *frame {
+	f := &frame{Type: typeOffer, Sockets: make([]socketInfo, len(socks))}
+	if values {
+		f.OptionSets = map[string]map[string]string{}
+	}
+	for i, so := range socks {
+		f.Sockets[i] = so.info
+		if so.info.Kind == kindUnix {
+			continue
+		}
+		d := so.sock.Digest
+		if !values {
+			f.Sockets[i].Digest = d.LegacyString()
+			continue
+		}
+		key := d.String()
+		if _, ok := f.OptionSets[key]; !ok {
+			f.OptionSets[key] = d.Map()
+		}
+		f.Sockets[i].Digest = key
+	}
+	return f
 }
 
 // sendSelf sends our handoff listening socket, declared with the name it

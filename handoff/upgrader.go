@@ -58,6 +58,9 @@ type Upgrader struct {
 	hln   *net.UnixListener  // the predecessor's handoff socket, until Ready
 	act   *systemd.Activation
 	fback error
+	// noValues: the predecessor is of a release that sends no option
+	// values (see errNoValues).
+	noValues bool
 
 	mu      sync.Mutex
 	socks   []*socket // ours, in Listen order: what we offer
@@ -67,17 +70,18 @@ type Upgrader struct {
 	srv     *server
 	exit    chan struct{}
 	exitOne sync.Once
-	wants   map[string]reuseport.Digest // probe digests, by network/domain
-	maxOnce sync.Once
-	maxConn int
 }
 
 // socket is one socket we own a reference to: the fd (close-on-exec) and how
 // it was declared.
 type socket struct {
-	info   socketInfo
-	fd     int
-	digest *reuseport.Digest // nil for unix sockets
+	info socketInfo
+	fd   int
+	sock *reuseport.Socket // what the kernel says of it, read once
+	// checked is the network the validation workers ran the option check
+	// for, and checkErr its result, so that Listen need not run it again.
+	checked  string
+	checkErr error
 	// pre is the caller's listener or packet conn for an inherited socket,
 	// built (on its own dup) while the batch was validated, so that Listen
 	// costs no syscall; nil for our own sockets.
@@ -118,7 +122,7 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 2 * time.Minute
 	}
-	u := &Upgrader{cfg: cfg, log: cfg.Logger, gen: 1, names: map[string]bool{}, wants: map[string]reuseport.Digest{}, exit: make(chan struct{})}
+	u := &Upgrader{cfg: cfg, log: cfg.Logger, gen: 1, names: map[string]bool{}, exit: make(chan struct{})}
 	if u.log == nil {
 		u.log = zap.NewNop()
 	}

@@ -80,6 +80,13 @@ type frame struct {
 	// Handoff in a successor's hello: it takes the handoff socket itself;
 	// in a predecessor's: it sends it (a "handoff" frame after the fds).
 	Handoff bool `json:"handoff,omitempty"`
+	// Options in a successor's hello: it reads option values, so the offer
+	// may carry OptionSets (a predecessor of an older release refuses the
+	// key, and the successor says hello again without it).
+	Options bool `json:"options,omitempty"`
+	// OptionSets in an offer: the option values of the offered inet
+	// sockets, keyed by name, one set per distinct digest, keyed by it.
+	OptionSets map[string]map[string]string `json:"option_sets,omitempty"`
 	// offer; handoff: the one handoff socket
 	Sockets []socketInfo `json:"sockets,omitempty"`
 	// fds: First is the index in the offer of the first fd of this batch.

@@ -30,12 +30,12 @@ func (c *Config) Control(network, address string, rc syscall.RawConn) error {
 	}
 	var serr error
 	err := rc.Control(func(fd uintptr) {
-		k, proto, err := readKind(int(fd))
-		if err != nil {
+		var s Socket
+		if err := s.readIdentity(int(fd)); err != nil {
 			serr = err
 			return
 		}
-		if proto == unix.IPPROTO_MPTCP && !c.MPTCP {
+		if s.Protocol == unix.IPPROTO_MPTCP && !c.MPTCP {
 			serr = ErrMPTCP
 			return
 		}
@@ -43,7 +43,7 @@ func (c *Config) Control(network, address string, rc syscall.RawConn) error {
 		if network == "tcp6" || network == "udp6" {
 			o.V6Only = true
 		}
-		serr = setOptions(int(fd), k, &o)
+		serr = setOptions(int(fd), s.kind(), &o)
 	})
 	if err != nil {
 		return os.NewSyscallError("control", err)

@@ -22,8 +22,13 @@
 //     (UIDMismatchError) and explains any other EADDRINUSE (AddrInUseError);
 //   - net.ipv4.tcp_migrate_req is checked or enforced (MigrationPolicy).
 //
-// ReadDigest reads a canonical option set from any live socket (ours, one
-// received over SCM_RIGHTS, one from systemd); Digest.Compare names the options
+// ReadSocket (and ReadFD) is zerodrop's one reader of what a socket is: family,
+// type, protocol, listening, address, cookie and the option digest, read once
+// from the fd; handoff, handoff/systemd, steer and drain all use it.
+// Config.Check is the one option check of a socket made elsewhere against a
+// Config, naming each difference; NewListener and NewPacketConn wrap such a
+// socket so that every listener has Digest and Effective. ReadDigest reads the
+// canonical option set of any live socket; Digest.Compare names the options
 // that differ. Inspect lists a group's members through NETLINK_SOCK_DIAG with
 // their UIDs, queues, backlogs, processes and CPUs. ReadQueue reads a
 // listener's accept queue from TCP_INFO. ReadCounters snapshots the TcpExt/Tcp

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/zerodrop/zerodrop/internal/linux"
 	"net"
 	"os"
 	"strconv"
@@ -20,8 +19,7 @@ import (
 // kernel says about its options.
 type Listener struct {
 	*net.TCPListener
-	effective   Options
-	digest      Digest
+	sock        *Socket
 	adjustments []Adjustment
 }
 
@@ -29,8 +27,7 @@ type Listener struct {
 // kernel says about its options.
 type PacketConn struct {
 	*net.UDPConn
-	effective   Options
-	digest      Digest
+	sock        *Socket
 	adjustments []Adjustment
 }
 
@@ -42,10 +39,13 @@ var (
 )
 
 // Effective returns the options as the kernel reported them after listen.
-func (l *Listener) Effective() Options { return l.effective }
+func (l *Listener) Effective() Options { return l.sock.Effective }
 
 // Digest returns the option digest read from the kernel after listen.
-func (l *Listener) Digest() Digest { return l.digest }
+func (l *Listener) Digest() Digest { return l.sock.Digest }
+
+// Socket returns what the kernel said of the socket after listen.
+func (l *Listener) Socket() *Socket { return l.sock }
 
 // Adjustments lists the options the kernel set to other values than asked.
 func (l *Listener) Adjustments() []Adjustment { return l.adjustments }
@@ -54,10 +54,13 @@ func (l *Listener) Adjustments() []Adjustment { return l.adjustments }
 func (l *Listener) Queue() (Queue, error) { return ReadQueue(l.TCPListener) }
 
 // Effective returns the options as the kernel reported them after bind.
-func (p *PacketConn) Effective() Options { return p.effective }
+func (p *PacketConn) Effective() Options { return p.sock.Effective }
 
 // Digest returns the option digest read from the kernel after bind.
-func (p *PacketConn) Digest() Digest { return p.digest }
+func (p *PacketConn) Digest() Digest { return p.sock.Digest }
+
+// Socket returns what the kernel said of the socket after bind.
+func (p *PacketConn) Socket() *Socket { return p.sock }
 
 // Adjustments lists the options the kernel set to other values than asked.
 func (p *PacketConn) Adjustments() []Adjustment { return p.adjustments }
@@ -122,34 +125,56 @@ func (c *Config) ListenPacket(ctx context.Context, network, address string) (*Pa
 		return nil, opError(network, address, e, err)
 	}
 	p := &PacketConn{UDPConn: pc.(*net.UDPConn)}
-	vals, eff, err := readOptionsConn(p.UDPConn)
-	if err != nil {
+	if p.sock, err = ReadSocket(p.UDPConn); err != nil {
 		p.Close()
 		return nil, opError(network, address, e, err)
 	}
-	p.digest, p.effective = Digest{Values: vals}, eff
-	p.adjustments = adjustments(&c.Options, &eff, e)
+	p.adjustments = adjustments(&c.Options, &p.sock.Effective, e)
 	logAdjustments(c.logger(), e, p.adjustments)
 	return p, nil
 }
 
-func (l *Listener) readBack(c *Config, e endpoint) error {
-	vals, eff, err := readOptionsConn(l.TCPListener)
-	if err != nil {
+func (l *Listener) readBack(c *Config, e endpoint) (err error) {
+	if l.sock, err = ReadSocket(l.TCPListener); err != nil {
 		return err
 	}
-	l.digest, l.effective = Digest{Values: vals}, eff
-	l.adjustments = adjustments(&c.Options, &eff, e)
+	l.adjustments = adjustments(&c.Options, &l.sock.Effective, e)
 	logAdjustments(c.logger(), e, l.adjustments)
 	return nil
 }
 
-func readOptionsConn(c syscall.Conn) (vals []OptionValue, eff Options, err error) {
-	err = linux.Control(c, func(fd int) error {
-		vals, eff, err = readOptions(fd)
-		return err
-	})
-	return vals, eff, err
+// NewListener returns tl, a listening TCP socket made elsewhere (inherited
+// from a predecessor, passed by systemd, made by net.Listen), as a Listener,
+// so that Digest and Effective are there whatever the socket's origin; it
+// has no Adjustments. s is what ReadSocket says of tl's socket, or nil to
+// read it now. It takes ownership of tl on success; a socket that is not a
+// listening inet stream socket gives an error wrapping ErrNotSupported and
+// leaves tl to the caller.
+func NewListener(tl *net.TCPListener, s *Socket) (*Listener, error) {
+	if s == nil {
+		var err error
+		if s, err = ReadSocket(tl); err != nil {
+			return nil, err
+		}
+	}
+	if !s.inet() || s.Type != unix.SOCK_STREAM || !s.Listening {
+		return nil, fmt.Errorf("%w: %s is not a listening TCP socket", ErrNotSupported, s)
+	}
+	return &Listener{TCPListener: tl, sock: s}, nil
+}
+
+// NewPacketConn is NewListener for a UDP socket.
+func NewPacketConn(uc *net.UDPConn, s *Socket) (*PacketConn, error) {
+	if s == nil {
+		var err error
+		if s, err = ReadSocket(uc); err != nil {
+			return nil, err
+		}
+	}
+	if !s.inet() || s.Type != unix.SOCK_DGRAM {
+		return nil, fmt.Errorf("%w: %s is not a UDP socket", ErrNotSupported, s)
+	}
+	return &PacketConn{UDPConn: uc, sock: s}, nil
 }
 
 // open validates, checks migration, and returns a bound socket.

@@ -149,65 +149,47 @@ func (e *OptionError) Error() string {
 // Unwrap returns the syscall error.
 func (e *OptionError) Unwrap() error { return e.Err }
 
-// readKind reads SO_DOMAIN and SO_TYPE.
-func readKind(fd int) (kind, int, error) {
-	dom, err := linux.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
-	if err != nil {
-		return kind{}, 0, os.NewSyscallError("getsockopt SO_DOMAIN", err)
-	}
-	typ, err := linux.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
-	if err != nil {
-		return kind{}, 0, os.NewSyscallError("getsockopt SO_TYPE", err)
-	}
-	proto, err := linux.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
-	if err != nil {
-		return kind{}, 0, os.NewSyscallError("getsockopt SO_PROTOCOL", err)
-	}
-	return kind{family: dom, stream: typ == unix.SOCK_STREAM}, proto, nil
-}
-
-// readOptions reads every option of the table from a live socket, as name=value
-// pairs in table order (the digest) and as effective Options.
-func readOptions(fd int) ([]OptionValue, Options, error) {
+// readOptions reads every option of the table from a live inet socket whose
+// identity s has read, as name=value pairs in table order (the digest) and as
+// effective Options.
+func readOptions(fd int, s *Socket) (Digest, Options, error) {
 	var eff Options
-	k, proto, err := readKind(fd)
-	if err != nil {
-		return nil, eff, err
-	}
+	k := s.kind()
 	typ := "dgram"
 	if k.stream {
 		typ = "stream"
 	}
+	d := Digest{family: s.Family, typ: s.Type, proto: s.Protocol}
 	vals := make([]OptionValue, 0, 6+len(sockopts))
-	vals = append(vals, OptionValue{"SO_DOMAIN", familyName(k.family)}, OptionValue{"SO_TYPE", typ}, OptionValue{"SO_PROTOCOL", strconv.Itoa(proto)})
+	vals = append(vals, OptionValue{"SO_DOMAIN", familyName(k.family)}, OptionValue{"SO_TYPE", typ}, OptionValue{"SO_PROTOCOL", strconv.Itoa(s.Protocol)})
 	if k.stream {
-		backlog, err := readBacklog(fd)
+		backlog, listening, err := readBacklog(fd)
 		if err != nil {
-			return nil, eff, err
+			return d, eff, err
 		}
-		eff.Backlog = backlog
+		eff.Backlog, d.backlog, d.listening = backlog, backlog, listening
 		vals = append(vals, OptionValue{"backlog", strconv.Itoa(backlog)})
 	}
 	for i := range sockopts {
-		s := &sockopts[i]
-		if !s.applies(k) {
+		o := &sockopts[i]
+		if !o.applies(k) {
 			continue
 		}
-		v, err := linux.GetsockoptInt(fd, s.level, s.opt)
+		v, err := linux.GetsockoptInt(fd, o.level, o.opt)
 		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOPROTOOPT) {
 			// MPTCP sockets answer only some TCP options.
-			vals = append(vals, OptionValue{s.name, "unsupported"})
+			vals = append(vals, OptionValue{o.name, "unsupported"})
 			continue
 		}
 		if err != nil {
-			return nil, eff, os.NewSyscallError("getsockopt "+s.name, err)
+			return d, eff, os.NewSyscallError("getsockopt "+o.name, err)
 		}
-		s.eff(&eff, v)
-		vals = append(vals, OptionValue{s.name, strconv.Itoa(v)})
+		o.eff(&eff, v)
+		vals = append(vals, OptionValue{o.name, strconv.Itoa(v)})
 	}
 	dev, err := linux.GetsockoptString(fd, unix.SOL_SOCKET, unix.SO_BINDTODEVICE)
 	if err != nil {
-		return nil, eff, os.NewSyscallError("getsockopt SO_BINDTODEVICE", err)
+		return d, eff, os.NewSyscallError("getsockopt SO_BINDTODEVICE", err)
 	}
 	eff.BindToDevice = dev
 	vals = append(vals, OptionValue{"SO_BINDTODEVICE", dev})
@@ -217,31 +199,32 @@ func readOptions(fd int) ([]OptionValue, Options, error) {
 			cc, err = "unsupported", nil
 		}
 		if err != nil {
-			return nil, eff, os.NewSyscallError("getsockopt TCP_CONGESTION", err)
+			return d, eff, os.NewSyscallError("getsockopt TCP_CONGESTION", err)
 		}
 		eff.Congestion = cc
 		vals = append(vals, OptionValue{"TCP_CONGESTION", cc})
 	}
-	return vals, eff, nil
+	d.Values = vals
+	return d, eff, nil
 }
 
-// readBacklog returns a stream socket's effective backlog, 0 if it is not
-// listening. One TCP_INFO call answers both; SO_ACCEPTCONN is the fallback for
-// sockets whose TCP_INFO is not a listener's (or fails, as for some MPTCP
-// kernels).
-func readBacklog(fd int) (int, error) {
+// readBacklog returns a stream socket's effective backlog (0 if it is not
+// listening) and whether it listens. One TCP_INFO call answers both;
+// SO_ACCEPTCONN is the fallback for sockets whose TCP_INFO is not a
+// listener's (or fails, as for some MPTCP kernels).
+func readBacklog(fd int) (int, bool, error) {
 	if info, err := linux.TCPInfo(fd); err == nil && info.State == unix.BPF_TCP_LISTEN {
-		return int(info.Sacked), nil
+		return int(info.Sacked), true, nil
 	}
 	acc, err := linux.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
 	if err != nil {
-		return 0, os.NewSyscallError("getsockopt SO_ACCEPTCONN", err)
+		return 0, false, os.NewSyscallError("getsockopt SO_ACCEPTCONN", err)
 	}
 	if acc != 1 {
-		return 0, nil
+		return 0, false, nil
 	}
 	_, b, err := linux.ListenQueue(fd)
-	return int(b), err
+	return int(b), true, err
 }
 
 func familyName(f int) string {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/zerodrop/zerodrop/reuseport"
 )
 
 // The variables of the socket activation protocol (sd_listen_fds(3)).
@@ -33,7 +35,7 @@ type Activation struct {
 type passed struct {
 	fd   int
 	name string
-	sock sockInfo
+	sock reuseport.Socket
 }
 
 var (

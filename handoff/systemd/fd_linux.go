@@ -8,15 +8,9 @@ import (
 	"strconv"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
+	"github.com/zerodrop/zerodrop/reuseport"
 	"golang.org/x/sys/unix"
 )
-
-// sockInfo is what the kernel says a passed socket is.
-type sockInfo struct {
-	domain, typ, proto int
-	listening          bool
-	local              unix.Sockaddr
-}
 
 // check verifies that the fd is open and a socket, sets FD_CLOEXEC and reads
 // what kind of socket it is.
@@ -38,36 +32,12 @@ func (p *passed) check() error {
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		return fail(ErrNotSocket, fmt.Errorf("file type %s", linux.FileType(st.Mode)))
 	}
-	s, err := readSock(p.fd)
+	s, err := reuseport.ReadFD(p.fd)
 	if err != nil {
 		return fail(ErrNotSocket, err)
 	}
-	p.sock = s
+	p.sock = *s
 	return nil
-}
-
-func readSock(fd int) (sockInfo, error) {
-	var s sockInfo
-	for _, o := range []struct {
-		name string
-		opt  int
-		dst  *int
-	}{{"SO_DOMAIN", unix.SO_DOMAIN, &s.domain}, {"SO_TYPE", unix.SO_TYPE, &s.typ}, {"SO_PROTOCOL", unix.SO_PROTOCOL, &s.proto}} {
-		v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, o.opt)
-		if err != nil {
-			return s, os.NewSyscallError("getsockopt "+o.name, err)
-		}
-		*o.dst = v
-	}
-	acc, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
-	if err != nil {
-		return s, os.NewSyscallError("getsockopt SO_ACCEPTCONN", err)
-	}
-	s.listening = acc == 1
-	if s.local, err = unix.Getsockname(fd); err != nil {
-		return s, os.NewSyscallError("getsockname", err)
-	}
-	return s, nil
 }
 
 func closeFD(fd int) error {
@@ -77,63 +47,17 @@ func closeFD(fd int) error {
 	return nil
 }
 
-// network returns the Go network name of the socket ("tcp4", "unixgram", ...).
-func (s sockInfo) network() string {
-	switch {
-	case s.domain == unix.AF_UNIX && s.typ == unix.SOCK_STREAM:
-		return "unix"
-	case s.domain == unix.AF_UNIX && s.typ == unix.SOCK_SEQPACKET:
-		return "unixpacket"
-	case s.domain == unix.AF_UNIX && s.typ == unix.SOCK_DGRAM:
-		return "unixgram"
-	}
-	var n string
-	switch {
-	case s.typ == unix.SOCK_STREAM && (s.proto == unix.IPPROTO_TCP || s.proto == unix.IPPROTO_MPTCP):
-		n = "tcp"
-	case s.typ == unix.SOCK_DGRAM && s.proto == unix.IPPROTO_UDP:
-		n = "udp"
-	default:
-		return fmt.Sprintf("domain %d type %d protocol %d", s.domain, s.typ, s.proto)
-	}
-	if s.domain == unix.AF_INET {
-		return n + "4"
-	}
-	return n + "6"
-}
-
-// address returns the local address as "ip:port" or the unix path.
-func (s sockInfo) address() string {
-	switch a := s.local.(type) {
-	case *unix.SockaddrInet4:
-		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port)).String()
-	case *unix.SockaddrInet6:
-		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port)).String()
-	case *unix.SockaddrUnix:
-		return a.Name
-	}
-	return ""
-}
-
-func (s sockInfo) String() string {
-	state := ""
-	if s.typ != unix.SOCK_DGRAM && !s.listening {
-		state = " (not listening)"
-	}
-	return s.network() + ":" + s.address() + state
-}
-
 // matches returns nil when the socket is of network's kind and bound to
 // address, or why not.
 func (p passed) matches(network, address string) error {
-	s := p.sock
+	s := &p.sock
 	if network != "" {
-		have := s.network()
+		have := s.Network()
 		ok := have == network || (network == "tcp" || network == "udp") && have[:len(have)-1] == network
 		if !ok {
 			return fmt.Errorf("socket is %s, want %s", s, network)
 		}
-		if (s.typ == unix.SOCK_STREAM || s.typ == unix.SOCK_SEQPACKET) && !s.listening {
+		if (s.Type == unix.SOCK_STREAM || s.Type == unix.SOCK_SEQPACKET) && !s.Listening {
 			return fmt.Errorf("socket %s is not listening", s)
 		}
 	}
@@ -142,7 +66,7 @@ func (p passed) matches(network, address string) error {
 	}
 	if ok, err := sameAddr(s, address); err != nil || !ok {
 		if err == nil {
-			err = fmt.Errorf("socket is bound to %s, want %s", s.address(), address)
+			err = fmt.Errorf("socket is bound to %s, want %s", s.Address(), address)
 		}
 		return err
 	}
@@ -150,9 +74,9 @@ func (p passed) matches(network, address string) error {
 }
 
 // sameAddr compares the socket's local address with a literal address.
-func sameAddr(s sockInfo, address string) (bool, error) {
-	if s.domain == unix.AF_UNIX {
-		return s.address() == address, nil
+func sameAddr(s *reuseport.Socket, address string) (bool, error) {
+	if s.Family == unix.AF_UNIX {
+		return s.Path == address, nil
 	}
 	host, portStr, err := net.SplitHostPort(address)
 	if err != nil {
@@ -162,9 +86,9 @@ func sameAddr(s sockInfo, address string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("address %q: port: %w", address, err)
 	}
-	have, err := netip.ParseAddrPort(s.address())
-	if err != nil || have.Port() != uint16(port) {
-		return false, err
+	have := s.Addr
+	if have.Port() != uint16(port) {
+		return false, nil
 	}
 	if host == "" {
 		return have.Addr().IsUnspecified(), nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -15,15 +16,15 @@ import (
 )
 
 func TestMatches(t *testing.T) {
-	tcp4 := passed{sock: sockInfo{domain: unix.AF_INET, typ: unix.SOCK_STREAM, proto: unix.IPPROTO_TCP, listening: true,
-		local: &unix.SockaddrInet4{Port: 8080, Addr: [4]byte{127, 0, 0, 1}}}}
-	any6 := passed{sock: sockInfo{domain: unix.AF_INET6, typ: unix.SOCK_STREAM, proto: unix.IPPROTO_MPTCP, listening: true,
-		local: &unix.SockaddrInet6{Port: 8080}}}
-	udp4 := passed{sock: sockInfo{domain: unix.AF_INET, typ: unix.SOCK_DGRAM, proto: unix.IPPROTO_UDP,
-		local: &unix.SockaddrInet4{Port: 53}}}
+	tcp4 := passed{sock: reuseport.Socket{Family: unix.AF_INET, Type: unix.SOCK_STREAM, Protocol: unix.IPPROTO_TCP, Listening: true,
+		Addr: netip.MustParseAddrPort("127.0.0.1:8080")}}
+	any6 := passed{sock: reuseport.Socket{Family: unix.AF_INET6, Type: unix.SOCK_STREAM, Protocol: unix.IPPROTO_MPTCP, Listening: true,
+		Addr: netip.MustParseAddrPort("[::]:8080")}}
+	udp4 := passed{sock: reuseport.Socket{Family: unix.AF_INET, Type: unix.SOCK_DGRAM, Protocol: unix.IPPROTO_UDP,
+		Addr: netip.MustParseAddrPort("0.0.0.0:53")}}
 	conn := tcp4
-	conn.sock.listening = false
-	abstract := passed{sock: sockInfo{domain: unix.AF_UNIX, typ: unix.SOCK_STREAM, listening: true, local: &unix.SockaddrUnix{Name: "@ctl"}}}
+	conn.sock.Listening = false
+	abstract := passed{sock: reuseport.Socket{Family: unix.AF_UNIX, Type: unix.SOCK_STREAM, Listening: true, Path: "@ctl"}}
 	cases := []struct {
 		p                passed
 		network, address string
@@ -53,7 +54,7 @@ func TestMatches(t *testing.T) {
 	}
 	for _, c := range cases {
 		if err := c.p.matches(c.network, c.address); (err == nil) != c.ok {
-			t.Errorf("%s matches(%q, %q) = %v, want ok=%v", c.p.sock, c.network, c.address, err, c.ok)
+			t.Errorf("%s matches(%q, %q) = %v, want ok=%v", &c.p.sock, c.network, c.address, err, c.ok)
 		}
 	}
 }

@@ -39,11 +39,14 @@ func parseSNMP(b []byte, out SNMP) error {
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		names := strings.Fields(sc.Text())
+		if len(names) == 0 {
+			return fmt.Errorf("blank line where a counter header belongs")
+		}
 		if !sc.Scan() {
 			return fmt.Errorf("header %q without values", names[0])
 		}
 		values := strings.Fields(sc.Text())
-		if len(names) == 0 || len(names) != len(values) || names[0] != values[0] {
+		if len(names) != len(values) || names[0] != values[0] {
 			return fmt.Errorf("malformed counter lines %q", names[0])
 		}
 		group := strings.TrimSuffix(names[0], ":")

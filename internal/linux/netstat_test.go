@@ -33,3 +33,19 @@ func TestReadSNMPHasCounters(t *testing.T) {
 		}
 	}
 }
+
+// A blank line (or a header without values) is an error, never a panic.
+func TestParseSNMPBlankLine(t *testing.T) {
+	for _, in := range []string{"\n", "TcpExt: a b\nTcpExt: 1 2\n\n", "\nTcp: 1\n", "TcpExt: a"} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("parseSNMP(%q) panicked: %v", in, r)
+				}
+			}()
+			if err := parseSNMP([]byte(in), SNMP{}); err == nil {
+				t.Errorf("parseSNMP(%q): no error", in)
+			}
+		}()
+	}
+}

@@ -33,6 +33,17 @@ func GetsockoptInt(fd, level, opt int) (int, error) {
 	return int(v), nil
 }
 
+// GetsockoptUint64 reads a 64-bit socket option (SO_COOKIE), as
+// unix.GetsockoptUint64 does.
+func GetsockoptUint64(fd, level, opt int) (uint64, error) {
+	var v uint64
+	n := uint32(unsafe.Sizeof(v))
+	if err := getsockopt(fd, level, opt, unsafe.Pointer(&v), &n); err != nil {
+		return 0, err
+	}
+	return v, nil
+}
+
 // GetsockoptString reads a string socket option (up to 256 bytes), as
 // unix.GetsockoptString does: the value ends at the first NUL.
 func GetsockoptString(fd, level, opt int) (string, error) {

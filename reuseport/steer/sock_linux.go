@@ -6,7 +6,6 @@ import (
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"net/netip"
 	"os"
-	"strconv"
 	"syscall"
 
 	"github.com/zerodrop/zerodrop/reuseport"
@@ -20,56 +19,35 @@ type sockInfo struct {
 	class  uint32
 }
 
-// inspect reads the address and cookie of a listening socket and refuses
-// what the program cannot steer: non-TCP sockets and MPTCP listeners.
+// inspect reads the address, cookie and option class of a listening socket
+// (through reuseport, which reads it once) and refuses what the program
+// cannot steer: non-TCP sockets and MPTCP listeners.
 func inspect(c syscall.Conn) (sockInfo, error) {
-	var si sockInfo
-	err := linux.Control(c, func(fd int) error {
-		proto, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
-		if err != nil {
-			return os.NewSyscallError("getsockopt SO_PROTOCOL", err)
-		}
-		sa, err := unix.Getsockname(fd)
-		if err != nil {
-			return os.NewSyscallError("getsockname", err)
-		}
-		si.addr = addrPort(sa)
-		switch proto {
-		case unix.IPPROTO_TCP:
-		case unix.IPPROTO_MPTCP:
-			return fmt.Errorf("%w: an MPTCP listener cannot run a reuseport program (the kernel says %w); listen with reuseport.Config{MPTCP: false}", reuseport.ErrNotSupported, unix.EOPNOTSUPP)
-		default:
-			return fmt.Errorf("%w: socket protocol %d, want IPPROTO_TCP", reuseport.ErrNotSupported, proto)
-		}
-		listening, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
-		if err != nil {
-			return os.NewSyscallError("getsockopt SO_ACCEPTCONN", err)
-		}
-		if listening == 0 {
-			return fmt.Errorf("socket on %s is not listening: %w", si.addr, unix.EINVAL)
-		}
-		si.cookie, err = unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
-		return os.NewSyscallError("getsockopt SO_COOKIE", err)
-	})
+	s, err := reuseport.ReadSocket(c)
 	if err != nil {
-		return si, err
+		return sockInfo{}, err
 	}
-	d, err := reuseport.ReadDigest(c)
-	if err != nil {
-		return si, err
+	si := sockInfo{addr: s.Addr, cookie: s.Cookie, class: s.Digest.Class()}
+	switch {
+	case s.Type != unix.SOCK_STREAM:
+		return si, fmt.Errorf("%w: %s socket, want a TCP listener", reuseport.ErrNotSupported, s.Network())
+	case s.Protocol == unix.IPPROTO_MPTCP:
+		return si, fmt.Errorf("%w: an MPTCP listener cannot run a reuseport program (the kernel says %w); listen with reuseport.Config{MPTCP: false}", reuseport.ErrNotSupported, unix.EOPNOTSUPP)
+	case s.Protocol != unix.IPPROTO_TCP:
+		return si, fmt.Errorf("%w: socket protocol %d, want IPPROTO_TCP", reuseport.ErrNotSupported, s.Protocol)
+	case !s.Listening:
+		return si, fmt.Errorf("socket on %s is not listening: %w", si.addr, unix.EINVAL)
 	}
-	si.class = ClassOf(d)
 	return si, nil
 }
 
 // cookieOf reads a socket's cookie.
 func cookieOf(c syscall.Conn) (uint64, error) {
-	var cookie uint64
-	err := linux.Control(c, func(fd int) (err error) {
-		cookie, err = unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
-		return os.NewSyscallError("getsockopt SO_COOKIE", err)
-	})
-	return cookie, err
+	s, err := reuseport.ReadSocket(c)
+	if err != nil {
+		return 0, err
+	}
+	return s.Cookie, nil
 }
 
 // attach attaches the program to the socket's reuseport group.
@@ -86,21 +64,4 @@ func attach(c syscall.Conn, progFD int) error {
 // ClassOf returns the option class of a digest: a small integer, equal for two
 // listeners whose options (other than the backlog) are equal. The program
 // migrates a connection only to a listener of its own listener's class.
-func ClassOf(d reuseport.Digest) uint32 {
-	s := d.Without("backlog").String() // "sha256:" and 16 hex digits
-	v, _ := strconv.ParseUint(s[len(s)-8:], 16, 32)
-	if v == 0 {
-		v = 1 // 0 never names a class
-	}
-	return uint32(v)
-}
-
-func addrPort(sa unix.Sockaddr) netip.AddrPort {
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
-	case *unix.SockaddrInet6:
-		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port))
-	}
-	return netip.AddrPort{}
-}
+func ClassOf(d reuseport.Digest) uint32 { return d.Class() }

@@ -1,0 +1,254 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/reuseport"
+)
+
+// servePredecessor serves path for conversations (bounded) with script,
+// which gets each connection after the successor's hello and returns false
+// once the conversation it waited for is over; the returned channel closes
+// when it is done.
+func servePredecessor(t *testing.T, path string, conversations int, script func(c *conn, hello *frame) bool) <-chan struct{} {
+	t.Helper()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer ln.Close()
+		ln.SetDeadline(time.Now().Add(20 * time.Second))
+		for range conversations {
+			nc, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			c, _ := newConn(nc, 5*time.Second)
+			f, _, err := c.recv(0)
+			more := err == nil && f.Type == typeHello && script(c, f)
+			if !more {
+				lastFrame(c) // until the successor hangs up
+			}
+			c.Close()
+			if !more {
+				return
+			}
+		}
+	}()
+	return done
+}
+
+// offerOne sends a predecessor's hello, an offer of the listener l as
+// "http" (declared by offer) and its fd, and reads the ack.
+func offerOne(t *testing.T, c *conn, l *reuseport.Listener, offer *frame) error {
+	fd := mustDup(t, l)
+	defer closeFDs([]int{fd})
+	if err := c.send(&frame{Type: typeHello, Version: Version, Role: rolePredecessor, PID: os.Getpid(), Generation: 4}, nil); err != nil {
+		return err
+	}
+	if err := c.send(offer, nil); err != nil {
+		return err
+	}
+	if err := c.send(&frame{Type: typeFDs, Count: 1}, []int{fd}); err != nil {
+		return err
+	}
+	a, _, err := c.recv(0)
+	if err == nil && (a.Type != typeAck || a.Received != 1) {
+		err = errors.New("no ack: " + a.Type)
+	}
+	return err
+}
+
+// A predecessor of a newer release declares option values, among them one
+// this release does not read, and our version of one it does not read
+// missing: the successor compares the options both know and inherits. A
+// declared value that differs from the socket's is a ValidationError.
+func TestOfferWithOptionValues(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		ctx := context.Background()
+		l, err := reuseport.Listen(ctx, "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		for _, tc := range []struct {
+			name  string
+			edit  func(set map[string]string)
+			check string // ValidationError.Check, "" for success
+		}{
+			{"newer table", func(set map[string]string) { set["SO_FROM_THE_FUTURE"] = "7"; delete(set, "TCP_USER_TIMEOUT") }, ""},
+			{"different value", func(set map[string]string) { set["TCP_NODELAY"] = "1" }, "options"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				path := handoffPath(t)
+				before := netnstest.FDCount(t)
+				set := l.Digest().Map()
+				tc.edit(set)
+				offer := &frame{Type: typeOffer, OptionSets: map[string]map[string]string{"sha256:1234567890abcdef": set},
+					Sockets: []socketInfo{{Name: "http", Kind: kindTCP, Network: "tcp4", Address: l.Addr().String(), Digest: "sha256:1234567890abcdef"}}}
+				var asked bool
+				done := servePredecessor(t, path, 1, func(c *conn, hello *frame) bool {
+					asked = hello.Options
+					if err := offerOne(t, c, l, offer); err != nil {
+						t.Errorf("predecessor: %v", err)
+					}
+					return false
+				})
+				u, err := New(ctx, Config{Path: path, Timeout: 5 * time.Second})
+				var ve *ValidationError
+				switch {
+				case tc.check == "" && err != nil:
+					t.Fatalf("New: %v", err)
+				case tc.check != "" && (!errors.As(err, &ve) || ve.Check != tc.check):
+					if u != nil {
+						u.Close()
+					}
+					t.Fatalf("New: %v, want a ValidationError of %s", err, tc.check)
+				case tc.check == "":
+					ln, err := u.Listen(ctx, "http", "tcp4", l.Addr().String())
+					if err != nil {
+						t.Fatal(err)
+					}
+					if rl, ok := ln.(*reuseport.Listener); !ok || rl.Digest().String() != l.Digest().String() {
+						t.Errorf("inherited %T, want a *reuseport.Listener with the predecessor's digest", ln)
+					}
+					ln.Close()
+					u.Close()
+				}
+				<-done
+				if !asked {
+					t.Error(`the successor's hello did not ask for option values ("options":true)`)
+				}
+				settleFDs(t, before)
+			})
+		}
+	})
+}
+
+// A predecessor of the release before option values went on the wire
+// refuses the hello's "options" key as an unknown key (code protocol, not
+// counted as a failed handoff); the successor says hello again without it
+// and inherits the socket declared by its version 1 digest.
+func TestOldPredecessor(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		ctx := context.Background()
+		l, err := reuseport.Listen(ctx, "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		path := handoffPath(t)
+		before := netnstest.FDCount(t)
+		hellos := 0
+		done := servePredecessor(t, path, 2, func(c *conn, hello *frame) bool {
+			hellos++
+			if hello.Options {
+				// What the strict version 1 decoder of that release says.
+				fe := &FrameError{Err: ErrProtocol, Detail: `unknown key "options"`}
+				c.send(&frame{Type: typeError, Code: codeProtocol, Message: fe.Error()}, nil)
+				return true
+			}
+			offer := &frame{Type: typeOffer, Sockets: []socketInfo{{Name: "http", Kind: kindTCP, Network: "tcp4", Address: l.Addr().String(), Digest: l.Digest().LegacyString()}}}
+			if err := offerOne(t, c, l, offer); err != nil {
+				t.Errorf("predecessor: %v", err)
+			}
+			return false
+		})
+		u, err := New(ctx, Config{Path: path, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatalf("New against an older predecessor: %v", err)
+		}
+		if g := u.Generation(); g != 5 {
+			t.Errorf("Generation %d, want 5", g)
+		}
+		ln, err := u.Listen(ctx, "http", "tcp4", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.Close()
+		u.Close()
+		<-done
+		if hellos != 2 {
+			t.Errorf("%d hellos, want 2 (with values, then without)", hellos)
+		}
+		settleFDs(t, before)
+	})
+}
+
+// A successor of the release before option values (its hello has no
+// "options") gets the version 1 offer it can check: no option sets, and
+// each digest the hash over the first release's option table.
+func TestOldSuccessor(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		path := handoffPath(t)
+		u := mustReady(t, Config{Path: path}, 1)
+		defer u.Close()
+		want := u.offer()[0].sock.Digest
+		c := fakeSuccessorOffer(t, path, false)
+		c.Close()
+		if c.offer.OptionSets != nil || c.offer.Sockets[0].Digest != want.LegacyString() {
+			t.Fatalf("offer to an old successor: %+v, want digest %s and no option sets", c.offer, want.LegacyString())
+		}
+		if want.LegacyString() != want.String() {
+			t.Errorf("LegacyString %s != String %s: the table grew, and old successors compare the legacy hash", want.LegacyString(), want.String())
+		}
+		n := fakeSuccessorOffer(t, path, true)
+		n.Close()
+		s := n.offer.Sockets[0]
+		if set := n.offer.OptionSets[s.Digest]; set == nil || want.CompareDeclared(set) != nil || len(set) != len(want.Values) {
+			t.Fatalf("offer to a new successor: %+v, want the option values of %s", n.offer, s.Digest)
+		}
+	})
+}
+
+type offered struct {
+	*conn
+	offer *frame
+}
+
+// fakeSuccessorOffer connects, says hello (asking for values or not) and
+// reads hello and offer; while the predecessor is still busy with the last
+// fake successor (it frees its slot once it sees the hang-up), it tries
+// again, at most 250 times.
+func fakeSuccessorOffer(t *testing.T, path string, values bool) offered {
+	t.Helper()
+	for range 250 {
+		nc, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := newConn(nc.(*net.UnixConn), 5*time.Second)
+		if err := c.send(&frame{Type: typeHello, Version: Version, Role: roleSuccessor, PID: os.Getpid(), Options: values}, nil); err != nil {
+			c.Close()
+			t.Fatal(err)
+		}
+		var offer *frame
+		for _, want := range []string{typeHello, typeOffer} {
+			f, _, err := c.recv(0)
+			if err == nil && f.Type == typeError && f.Code == codeInProgress {
+				break
+			}
+			if err != nil || f.Type != want {
+				c.Close()
+				t.Fatalf("got %+v %v, want %s", f, err, want)
+			}
+			offer = f
+		}
+		if offer != nil && offer.Type == typeOffer {
+			return offered{c, offer}
+		}
+		c.Close()
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the predecessor stayed busy for 5 s")
+	return offered{}
+}
