@@ -74,18 +74,15 @@ var seq atomic.Int64
 func Boot(tb testing.TB) *Box {
 	tb.Helper()
 	netnstest.RequirePrivileged(tb)
-	for _, tool := range []string{Systemd, "unshare", "nsenter", "setpriv"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			why := fmt.Sprintf("sysdbox needs %s (apt-get install systemd util-linux; .ci/run does): %v", tool, err)
-			if os.Getenv(netnstest.EnvRequirePrivileged) == "1" {
-				tb.Fatalf("%s, and %s=1 forbids skipping", why, netnstest.EnvRequirePrivileged)
-			}
-			tb.Skip(why)
+	if err := CheckTools(); err != nil {
+		if os.Getenv(netnstest.EnvRequirePrivileged) == "1" {
+			tb.Fatalf("%v, and %s=1 forbids skipping", err, netnstest.EnvRequirePrivileged)
 		}
+		tb.Skip(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
-	b, err := start()
+	b, err := start(Options{})
 	if err == nil {
 		tb.Cleanup(func() {
 			if err := b.Close(); err != nil {
@@ -104,9 +101,48 @@ func Boot(tb testing.TB) *Box {
 	return b
 }
 
+// Options change the box Start boots.
+type Options struct {
+	// SharedNetwork keeps the caller's network namespace instead of giving
+	// the box one of its own: a program that already runs in a namespace it
+	// made (the restart benchmark's run child) loads the box's services
+	// from its own threads. The box's systemd-sysctl then sets net.*
+	// sysctls of that namespace.
+	SharedNetwork bool
+}
+
+// CheckTools says which tool a box needs is missing, if one is.
+func CheckTools() error {
+	for _, tool := range []string{Systemd, "unshare", "nsenter", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("sysdbox needs %s (apt-get install systemd util-linux; .ci/run does): %w", tool, err)
+		}
+	}
+	return nil
+}
+
+// Start boots a box for a program (Boot is for tests) and waits until its
+// systemd is running or degraded, or ctx ends (at most 90 s). The caller
+// must Close it; on error nothing of the box is left.
+func Start(ctx context.Context, opts Options) (*Box, error) {
+	if err := CheckTools(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, bootTimeout)
+	defer cancel()
+	b, err := start(opts)
+	if err != nil {
+		return nil, fmt.Errorf("sysdbox: boot: %w", err)
+	}
+	if err := b.waitRunning(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("sysdbox: boot: %w", err), b.Close())
+	}
+	return b, nil
+}
+
 // start creates the box's cgroup and starts unshare in it, which runs
 // setup.sh as PID 1 of the new namespaces.
-func start() (*Box, error) {
+func start(opts Options) (*Box, error) {
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
@@ -122,8 +158,11 @@ func start() (*Box, error) {
 	}
 	defer dir.Close()
 	b := &Box{done: make(chan struct{}), out: new(syncBuffer), cgroup: cg, mountinfo: mi}
-	b.cmd = exec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount", "--net", "--uts", "--ipc",
-		"--cgroup", "--propagation", "private", "sh", "-c", setupScript, "sysdbox", Systemd, Unit)
+	args := []string{"--pid", "--fork", "--kill-child", "--mount", "--uts", "--ipc", "--cgroup", "--propagation", "private"}
+	if !opts.SharedNetwork {
+		args = append(args, "--net")
+	}
+	b.cmd = exec.Command("unshare", append(args, "sh", "-c", setupScript, "sysdbox", Systemd, Unit)...)
 	b.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd()), Pdeathsig: syscall.SIGKILL}
