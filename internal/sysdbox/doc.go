@@ -28,6 +28,12 @@
 //
 // # Using it
 //
+// Boot is for tests; Start boots a box for a program (the restart
+// benchmark's zd-systemd-pid1 contender), and with Options.SharedNetwork the
+// box keeps the caller's network namespace instead of a new one, so that the
+// caller's own threads load the box's services. The caller's /proc must be
+// its PID namespace's: the box's PID is read there.
+//
 // Install writes a unit and reloads systemd; CopyIn puts a binary of the test
 // in the box; Systemctl, Show, Journal and Exec run commands inside; Command
 // starts a long-running one. InNet runs a function on a thread in the box's

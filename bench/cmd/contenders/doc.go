@@ -54,7 +54,11 @@
 // contenders are skipped, with a message, when nginx is not installed.
 //
 // zerodrop: see zerodrop.go for the strategies wired in and the ones still
-// missing, and internal/worker for their servers.
+// missing, and internal/worker for their servers. zd-systemd plays systemd's
+// part itself (a notify socket and an fd store of its own); zd-systemd-pid1
+// runs the same worker under Debian's real systemd, booted as PID 1 of a
+// sandbox (internal/sysdbox) that shares the run's network namespace, and
+// restarts it with systemctl restart: its figures are systemd's.
 //
 // # Requirements
 //
