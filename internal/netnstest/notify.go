@@ -27,19 +27,22 @@ func ListenNotify(tb testing.TB, addr string) *NotifySocket {
 	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: addr}); err != nil {
 		tb.Fatal(err)
 	}
-	tv := unix.NsecToTimeval((20 * time.Second).Nanoseconds())
+	tv := unix.NsecToTimeval(notifyTimeout.Nanoseconds())
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		tb.Fatal(err)
 	}
 	return &NotifySocket{Addr: addr, fd: fd}
 }
 
+// notifyTimeout bounds a Recv.
+const notifyTimeout = 20 * time.Second
+
 // Recv returns the next datagram and the fds that came with it (closed when
 // the test ends), waiting at most 20 s.
 func (s *NotifySocket) Recv(tb testing.TB) (string, []*os.File) {
 	tb.Helper()
 	buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4*8))
-	n, oobn, flags, _, err := unix.Recvmsg(s.fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	n, oobn, flags, err := s.recvmsg(buf, oob)
 	if err != nil {
 		tb.Fatalf("fake systemd: recvmsg: %v", err)
 	}
@@ -73,5 +76,19 @@ func (s *NotifySocket) Expect(tb testing.TB, want string) {
 	got, files := s.Recv(tb)
 	if got != want || len(files) != 0 {
 		tb.Fatalf("datagram %q with %d fds, want %q and none", got, len(files), want)
+	}
+}
+
+// recvmsg receives one datagram, at most notifyTimeout. A socket with
+// SO_RCVTIMEO is never restarted after a signal handler (signal(7)), even
+// with SA_RESTART: the Go runtime's preemption signal (SIGURG) makes a
+// blocked recvmsg fail with EINTR, which is retried until the deadline.
+func (s *NotifySocket) recvmsg(buf, oob []byte) (n, oobn, flags int, err error) {
+	deadline := time.Now().Add(notifyTimeout)
+	for {
+		n, oobn, flags, _, err = unix.Recvmsg(s.fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR || time.Now().After(deadline) {
+			return n, oobn, flags, err
+		}
 	}
 }
