@@ -21,8 +21,11 @@ var (
 	ErrMigrationDisabled = errors.New("net.ipv4.tcp_migrate_req is not enabled")
 	// ErrOptionMismatch: two sockets of one group differ in an option that matters.
 	ErrOptionMismatch = errors.New("socket options differ")
-	// ErrNotSupported: the platform or kernel lacks what was asked.
-	ErrNotSupported = errors.New("not supported")
+	// ErrNotSupported: the platform, kernel or socket lacks what was asked.
+	// It is errors.ErrUnsupported (the one "not supported" sentinel of the
+	// module; drain.ErrNotSupported is the same value), so errors.Is(err,
+	// errors.ErrUnsupported) matches every such error from zerodrop.
+	ErrNotSupported = errors.ErrUnsupported
 )
 
 // UIDMismatchError says who owns the group the caller tried to join. The kernel

@@ -102,21 +102,6 @@ func TestSnapshotKernel(t *testing.T) {
 	})
 }
 
-func TestParseCounters(t *testing.T) {
-	in := "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPMigrateReqSuccess TCPMigrateReqFailure\n" +
-		"TcpExt: 1 2 3 4 5\n" +
-		"IpExt: ListenDrops OutRsts\n" +
-		"IpExt: 99 99\n" +
-		"Tcp: RtoAlgorithm MaxConn EstabResets OutRsts\n" +
-		"Tcp: 1 -1 7 8\n"
-	var c reuseport.Counters
-	parseCounters([]byte(in), &c)
-	want := reuseport.Counters{ListenOverflows: 2, ListenDrops: 3, MigrateReqSuccess: 4, MigrateReqFailure: 5, EstabResets: 7, OutRsts: 8}
-	if c != want {
-		t.Fatalf("parsed %+v, want %+v", c, want)
-	}
-}
-
 func BenchmarkReadKernel(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {

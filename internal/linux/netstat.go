@@ -1,13 +1,11 @@
 package linux
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 )
 
 // SNMP holds the counters of /proc/net/netstat and /proc/net/snmp, keyed by
@@ -32,31 +30,58 @@ func ReadSNMP() (SNMP, error) {
 	return out, nil
 }
 
-// parseSNMP parses the "Group: names" / "Group: values" line pairs of the
-// /proc/net SNMP files into out. Negative values (Tcp.MaxConn is -1) are skipped.
+// parseSNMP parses the /proc/net SNMP files into out (see EachCounter).
 func parseSNMP(b []byte, out SNMP) error {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		names := strings.Fields(sc.Text())
-		if len(names) == 0 {
+	return EachCounter(b, func(group, name []byte, v uint64) {
+		out[string(group)+"."+string(name)] = v
+	})
+}
+
+// EachCounter parses the "Group: names" / "Group: values" line pairs of
+// /proc/net/netstat or /proc/net/snmp and calls fn for every counter, with
+// group and name valid only during the call. It is the module's one parser of
+// these files. Negative values (Tcp.MaxConn is -1) are skipped; a blank line,
+// a header without values or lines that do not pair give an error.
+func EachCounter(b []byte, fn func(group, name []byte, v uint64)) error {
+	for len(b) > 0 {
+		var names, values []byte
+		var ok bool
+		names, b, _ = bytes.Cut(b, []byte{'\n'})
+		if len(bytes.TrimSpace(names)) == 0 {
 			return fmt.Errorf("blank line where a counter header belongs")
 		}
-		if !sc.Scan() {
-			return fmt.Errorf("header %q without values", names[0])
+		group, names, _ := bytes.Cut(names, []byte{':'})
+		if values, b, ok = bytes.Cut(b, []byte{'\n'}); !ok && len(values) == 0 {
+			return fmt.Errorf("header %q without values", group)
 		}
-		values := strings.Fields(sc.Text())
-		if len(names) != len(values) || names[0] != values[0] {
-			return fmt.Errorf("malformed counter lines %q", names[0])
+		vgroup, values, _ := bytes.Cut(values, []byte{':'})
+		if !bytes.Equal(group, vgroup) {
+			return fmt.Errorf("malformed counter lines %q", group)
 		}
-		group := strings.TrimSuffix(names[0], ":")
-		for i := 1; i < len(names); i++ {
-			v, err := strconv.ParseUint(values[i], 10, 64)
-			if err != nil {
-				continue
+		for {
+			var name, value []byte
+			name, names = field(names)
+			value, values = field(values)
+			if name == nil && value == nil {
+				break
 			}
-			out[group+"."+names[i]] = v
+			if name == nil || value == nil {
+				return fmt.Errorf("malformed counter lines %q", group)
+			}
+			if v, err := strconv.ParseUint(string(value), 10, 64); err == nil {
+				fn(group, name, v)
+			}
 		}
 	}
-	return sc.Err()
+	return nil
+}
+
+// field returns the first space-separated field of b and the rest.
+func field(b []byte) (f, rest []byte) {
+	b = bytes.TrimLeft(b, " ")
+	if len(b) == 0 {
+		return nil, nil
+	}
+	f, rest, _ = bytes.Cut(b, []byte{' '})
+	return f, rest
 }
