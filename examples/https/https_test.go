@@ -181,6 +181,8 @@ type curlCounts struct {
 	failed   map[string]int
 }
 
+// startCurl starts n loops of curl with the HTTP version flag given
+// ("--http2" or "--http1.1"), trusting only cert; a cleanup of t stops them.
 func startCurl(t *testing.T, curl, version, cert, url string, n int) *curlLoop {
 	l := &curlLoop{byGen: map[int]int{}, versions: map[string]int{}, failed: map[string]int{}, quit: make(chan struct{})}
 	args := []string{"-sS", "--fail", "--max-time", "10", version, "--cacert", cert, "-w", "%{http_version}\n", url}
@@ -192,6 +194,8 @@ func startCurl(t *testing.T, curl, version, cert, url string, n int) *curlLoop {
 	return l
 }
 
+// loop runs curl with args until stop and counts each answer: curl's
+// failure, an incomplete body, or the generation and versions.
 func (l *curlLoop) loop(curl string, args []string) {
 	defer l.wg.Done()
 	deadline := time.Now().Add(3 * time.Minute)
