@@ -80,20 +80,15 @@ func Boot(tb testing.TB) *Box {
 		}
 		tb.Skip(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
-	defer cancel()
-	b, err := start(Options{})
-	if err == nil {
-		tb.Cleanup(func() {
-			if err := b.Close(); err != nil {
-				tb.Error(err)
-			}
-		})
-		err = b.waitRunning(ctx)
-	}
+	b, err := Start(context.Background(), Options{})
 	if err != nil {
-		tb.Fatalf("sysdbox: boot: %v", err)
+		tb.Fatal(err)
 	}
+	tb.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
 	tb.Logf("sysdbox: systemd pid %d is %s", b.PID, b.State)
 	if b.Failed != "" {
 		tb.Logf("sysdbox: failed units:\n%s", b.Failed)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -113,11 +112,8 @@ func setupNamespace(migrateReq int) error {
 // namespace, after making every mount there private so that nothing
 // propagates to the machine's; it all vanishes with the namespace.
 func mountBPF(dir string) (string, error) {
-	if !mountNS {
-		return "", errors.New("a bpf filesystem needs the mount namespace of a run child")
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return "", &os.PathError{Op: "make mounts private", Path: "/", Err: err}
+	if err := privateMounts("a bpf filesystem"); err != nil {
+		return "", err
 	}
 	bpf := filepath.Join(dir, "bpf")
 	if err := os.Mkdir(bpf, 0o700); err != nil {
@@ -127,4 +123,17 @@ func mountBPF(dir string) (string, error) {
 		return "", &os.PathError{Op: "mount bpf", Path: bpf, Err: err}
 	}
 	return bpf, nil
+}
+
+// privateMounts makes every mount of the run child's own mount namespace
+// private, so that what it mounts (for what) never propagates to the
+// machine's; it fails outside a run child.
+func privateMounts(what string) error {
+	if !mountNS {
+		return fmt.Errorf("%s needs the mount namespace of a run child", what)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return &os.PathError{Op: "make mounts private", Path: "/", Err: err}
+	}
+	return nil
 }

@@ -43,9 +43,6 @@ type pid1Contender struct {
 	box *sysdbox.Box
 }
 
-// checkPID1 says why a box cannot boot here.
-func checkPID1() error { return sysdbox.CheckTools() }
-
 func (c *pid1Contender) start(ctx context.Context, env *runEnv) (err error) {
 	if err := mountProc(); err != nil {
 		return err
@@ -108,11 +105,8 @@ func (c *pid1Contender) failed(ctx context.Context, err error) error {
 // a PID namespace of its own. Its mounts are made private first, so that
 // nothing propagates to the machine; they vanish with the namespace.
 func mountProc() error {
-	if !mountNS {
-		return errors.New("the real systemd needs the mount and PID namespaces of a run child")
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return &os.PathError{Op: "make mounts private", Path: "/", Err: err}
+	if err := privateMounts("the real systemd"); err != nil {
+		return err
 	}
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return &os.PathError{Op: "mount proc", Path: "/proc", Err: err}
