@@ -23,9 +23,7 @@ StartLimitIntervalSec=0
 Type=notify
 NotifyAccess=main
 ExecStart=%s
-Environment=%s=systemd %s=%s %s=/run/zd
-RuntimeDirectory=zd
-RuntimeDirectoryPreserve=yes
+Environment=%s=systemd %s=%s
 FileDescriptorStoreMax=4
 TimeoutStopSec=%d
 `
@@ -53,7 +51,7 @@ func (c *pid1Contender) start(ctx context.Context, env *runEnv) (err error) {
 	if err := c.box.CopyIn(env.binFor("systemd"), pid1Bin); err != nil {
 		return err
 	}
-	unit := fmt.Sprintf(pid1Unit, pid1Bin, worker.EnvRole, worker.EnvAddr, env.addr, worker.EnvDir,
+	unit := fmt.Sprintf(pid1Unit, pid1Bin, worker.EnvRole, worker.EnvAddr, env.addr,
 		int((worker.ShutdownTimeout + exitTimeout).Seconds()))
 	if err := c.box.Install(ctx, pid1Service, unit); err != nil {
 		return err
