@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -63,8 +62,6 @@ type Box struct {
 	closed    sync.Once
 	closeErr  error
 }
-
-var seq atomic.Int64
 
 // Boot starts a box and waits (at most 90 s) until its systemd is running or
 // degraded. It skips the test for a non-root user, or when a tool is missing
@@ -204,8 +201,10 @@ func newCgroup() (string, error) {
 	if own == "" {
 		return "", errors.New("no cgroup2 entry in /proc/self/cgroup")
 	}
-	cg := filepath.Join(mnt, own, fmt.Sprintf("zerodrop-sysdbox-%d-%d", os.Getpid(), seq.Add(1)))
-	if err := os.Mkdir(cg, 0o755); err != nil {
+	// A random suffix, not our PID alone: in a PID namespace every run
+	// child of the restart benchmark is PID 1.
+	cg, err := os.MkdirTemp(filepath.Join(mnt, own), fmt.Sprintf("zerodrop-sysdbox-%d-", os.Getpid()))
+	if err != nil {
 		return "", fmt.Errorf("create the box's cgroup: %w", err)
 	}
 	return cg, nil

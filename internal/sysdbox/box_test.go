@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -160,4 +162,41 @@ func oldEntries(t *testing.T, dir string) []string {
 		}
 	}
 	return names
+}
+
+// A box's cgroup name is not derived from our PID alone: in a PID namespace
+// every run child of the restart benchmark is PID 1, and a box left behind
+// by a killed one (its cgroup directory stays) made the next fail with
+// "create the box's cgroup: mkdir .../zerodrop-sysdbox-1-1: file exists".
+// Here the names the first boxes would have had by PID and sequence are taken.
+func TestBootCgroupNameTaken(t *testing.T) {
+	netnstest.RequirePrivileged(t)
+	mnt, err := cgroup2Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own string
+	for _, l := range strings.Split(string(self), "\n") {
+		if p, ok := strings.CutPrefix(l, "0::"); ok {
+			own = p
+		}
+	}
+	// The names of the first 8 boxes of this process by PID and sequence.
+	var taken []string
+	for i := 1; i <= 8; i++ {
+		name := filepath.Join(mnt, own, "zerodrop-sysdbox-"+strconv.Itoa(os.Getpid())+"-"+strconv.Itoa(i))
+		if err := os.Mkdir(name, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(name)
+		taken = append(taken, name)
+	}
+	b := Boot(t)
+	if slices.Contains(taken, b.cgroup) {
+		t.Fatalf("the box took the existing cgroup %s", b.cgroup)
+	}
 }
