@@ -1,14 +1,6 @@
 package reuseport
 
-import (
-	"fmt"
-	"io"
-	"os"
-	"runtime"
-	"sync"
-
-	"github.com/zerodrop/zerodrop/internal/linux"
-)
+import "github.com/zerodrop/zerodrop/internal/linux"
 
 // Counters are the kernel counters that tell what happened to accept queues, from
 // /proc/net/netstat (TcpExt) and /proc/net/snmp (Tcp) of the calling thread's
@@ -24,57 +16,23 @@ type Counters struct {
 	EstabResets uint64 `json:"estab_resets"` // Tcp.EstabResets
 }
 
-// ReadCounters takes a snapshot. It parses only the six counters it keeps and
-// reuses its buffer, so that a metrics scrape (stats.ReadKernel) allocates little.
+// ReadCounters takes a snapshot. It keeps only the six counters and the
+// parser reuses its buffer, so that a metrics scrape (stats.ReadKernel)
+// allocates little. A counter the kernel lacks (TcpExt.TCPMigrateReq* before
+// Linux 5.14) reads 0.
 func ReadCounters() (Counters, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
 	var c Counters
-	for _, f := range [...]string{"/proc/thread-self/net/netstat", "/proc/thread-self/net/snmp"} {
-		b, err := readInto(f, (*bp)[:0])
-		*bp = b
-		if err != nil {
-			return Counters{}, fmt.Errorf("read counters: %w", err)
-		}
-		if err := parseCounters(b, &c); err != nil {
-			return Counters{}, fmt.Errorf("read counters: %s: %w", f, err)
-		}
+	if err := linux.ScanSNMP(c.set); err != nil {
+		return Counters{}, err
 	}
 	return c, nil
 }
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
-
-func readInto(name string, b []byte) ([]byte, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return b, err
+// set stores one counter of the kernel's files if c holds it.
+func (c *Counters) set(group, name []byte, v uint64) {
+	if p := c.field(group, name); p != nil {
+		*p = v
 	}
-	defer f.Close()
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := f.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-	}
-}
-
-// parseCounters sets the counters c holds from one /proc/net SNMP file.
-func parseCounters(b []byte, c *Counters) error {
-	return linux.EachCounter(b, func(group, name []byte, v uint64) {
-		if p := c.field(group, name); p != nil {
-			*p = v
-		}
-	})
 }
 
 // field is the one list of the counters Counters holds, by group and name.

@@ -1,6 +1,10 @@
 package linux
 
-import "testing"
+import (
+	"errors"
+	"strings"
+	"testing"
+)
 
 func TestParseSNMP(t *testing.T) {
 	in := "TcpExt: SyncookiesSent TCPMigrateReqSuccess\nTcpExt: 3 20\nTcp: RtoAlgorithm MaxConn OutRsts\nTcp: 1 -1 7\n"
@@ -47,5 +51,31 @@ func TestParseSNMPBlankLine(t *testing.T) {
 				t.Errorf("parseSNMP(%q): no error", in)
 			}
 		}()
+	}
+}
+
+// Lines that are not header/value pairs are a *SNMPFormatError naming the line
+// of the pair, never a panic and never counters read under the wrong names.
+func TestParseSNMPMalformed(t *testing.T) {
+	for _, c := range []struct{ in, reason string }{
+		{"\n", "line 1: blank line"},
+		{"TcpExt: a b\nTcpExt: 1 2\n\n", "line 3: blank line"},
+		{"TcpExt: a b\n\nTcpExt: 1 2\n", `line 1: header "TcpExt" followed by values of ""`},
+		{"TcpExt: a", `line 1: header "TcpExt" without values`},
+		{"TcpExt: a\n", `line 1: header "TcpExt" without values`},
+		{"TcpExt: a b\nTcpExt: 1\n", "line 1: TcpExt: 2 names, 1 values"},
+		{"TcpExt: a\nTcpExt: 1 2\n", "line 1: TcpExt: 1 names, 2 values"},
+		{"Tcp: a\nTcp: 1\nTcpExt: ListenDrops\nTcp: 2\n", `line 3: header "TcpExt" followed by values of "Tcp"`},
+		{"TcpExt a\nTcpExt 1\n", `line 1: header "TcpExt a" without a colon`},
+	} {
+		err := parseSNMP([]byte(c.in), SNMP{})
+		var fe *SNMPFormatError
+		if !errors.As(err, &fe) || !strings.HasPrefix(err.Error(), c.reason) {
+			t.Errorf("parseSNMP(%q) = %v, want a *SNMPFormatError %q", c.in, err, c.reason)
+		}
+	}
+	err := error(&SNMPFormatError{File: "/proc/thread-self/net/snmp", Line: 3, Reason: "blank line where a counter header belongs"})
+	if got, want := err.Error(), "/proc/thread-self/net/snmp: line 3: blank line where a counter header belongs"; got != want {
+		t.Errorf("%q, want %q", got, want)
 	}
 }
