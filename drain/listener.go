@@ -103,9 +103,9 @@ func Wrap(l net.Listener, opts Options) (*Listener, error) {
 	case *reuseport.Listener:
 		tl, sock = v.TCPListener, v.Socket()
 	case *Listener:
-		return nil, wrapError(l, fmt.Errorf("%w: already wrapped", ErrNotSupported))
+		return nil, wrapError(l, fmt.Errorf("listener cannot be drained: already wrapped: %w", ErrNotSupported))
 	default:
-		return nil, wrapError(l, fmt.Errorf("%w: %T is not a *net.TCPListener", ErrNotSupported, l))
+		return nil, wrapError(l, fmt.Errorf("listener cannot be drained: %T is not a *net.TCPListener: %w", l, ErrNotSupported))
 	}
 	if err := checkProtocol(tl, sock); err != nil {
 		return nil, wrapError(l, err)
@@ -152,7 +152,7 @@ func checkProtocol(tl *net.TCPListener, s *reuseport.Socket) error {
 		}
 	}
 	if s.Protocol != unix.IPPROTO_TCP {
-		return fmt.Errorf("%w: socket protocol %d is not IPPROTO_TCP (MPTCP listeners are not drained)", ErrNotSupported, s.Protocol)
+		return fmt.Errorf("listener cannot be drained: socket protocol %d is not IPPROTO_TCP (MPTCP listeners are not drained): %w", s.Protocol, ErrNotSupported)
 	}
 	return nil
 }

@@ -235,8 +235,8 @@ func TestWrapRefuses(t *testing.T) {
 		for _, l := range []net.Listener{mp, ul, dl} {
 			_, err := drain.Wrap(l, drain.Options{})
 			var oe *net.OpError
-			if !errors.Is(err, drain.ErrNotSupported) || !errors.As(err, &oe) || oe.Op != "wrap" {
-				t.Errorf("Wrap(%T %s): %v, want *net.OpError wrapping ErrNotSupported", l, l.Addr(), err)
+			if !errors.Is(err, drain.ErrNotSupported) || !errors.As(err, &oe) || oe.Op != "wrap" || !strings.Contains(err.Error(), "listener cannot be drained: ") {
+				t.Errorf("Wrap(%T %s): %v, want a *net.OpError wrapping ErrNotSupported that says the listener cannot be drained", l, l.Addr(), err)
 			}
 		}
 		if c, err := net.Dial("tcp4", mp.Addr().String()); err != nil {
