@@ -117,7 +117,7 @@ func fakeSuccessor(t *testing.T, path string) *conn {
 		t.Fatal(err)
 	}
 	c, _ := newConn(nc.(*net.UnixConn), 5*time.Second)
-	if err := c.send(&frame{Type: typeHello, Version: Version, Role: roleSuccessor, PID: os.Getpid()}, nil); err != nil {
+	if err := c.send(&frame{Type: typeHello, Version: baseVersion, Role: roleSuccessor, PID: os.Getpid()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{typeHello, typeOffer} {
@@ -239,7 +239,7 @@ func TestBadBytesFromPredecessor(t *testing.T) {
 		defer pipeW.Close()
 		tcpFD, udpFD := mustDup(t, tcp), mustDup(t, udp)
 		defer closeFDs([]int{tcpFD, udpFD})
-		hello := &frame{Type: typeHello, Version: Version, Role: rolePredecessor, PID: os.Getpid(), Generation: 4}
+		hello := &frame{Type: typeHello, Version: baseVersion, Role: rolePredecessor, PID: os.Getpid(), Generation: 4}
 		offer := func(c *conn, infos ...socketInfo) {
 			c.send(hello, nil)
 			c.send(&frame{Type: typeOffer, Sockets: infos}, nil)
@@ -253,7 +253,7 @@ func TestBadBytesFromPredecessor(t *testing.T) {
 			code   string // answered to the predecessor
 			check  string // ValidationError.Check
 		}{
-			{"wrong version", func(c *conn) { h := *hello; h.Version = 2; c.send(&h, nil) }, ErrVersion, codeVersion, ""},
+			{"wrong version", func(c *conn) { h := *hello; h.Version = Version + 1; c.send(&h, nil) }, ErrVersion, codeVersion, ""},
 			{"oversized", func(c *conn) { c.c.Write(rawFrame(MaxFrame+1, "")) }, ErrFrameTooLarge, codeProtocol, ""},
 			{"fd count below offer", func(c *conn) {
 				offer(c, good, other)

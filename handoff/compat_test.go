@@ -52,7 +52,7 @@ func servePredecessor(t *testing.T, path string, conversations int, script func(
 func offerOne(t *testing.T, c *conn, l *reuseport.Listener, offer *frame) error {
 	fd := mustDup(t, l)
 	defer closeFDs([]int{fd})
-	if err := c.send(&frame{Type: typeHello, Version: Version, Role: rolePredecessor, PID: os.Getpid(), Generation: 4}, nil); err != nil {
+	if err := c.send(&frame{Type: typeHello, Version: baseVersion, Role: rolePredecessor, PID: os.Getpid(), Generation: 4}, nil); err != nil {
 		return err
 	}
 	if err := c.send(offer, nil); err != nil {
@@ -227,7 +227,7 @@ func fakeSuccessorOffer(t *testing.T, path string, values bool) offered {
 			t.Fatal(err)
 		}
 		c, _ := newConn(nc.(*net.UnixConn), 5*time.Second)
-		if err := c.send(&frame{Type: typeHello, Version: Version, Role: roleSuccessor, PID: os.Getpid(), Options: values}, nil); err != nil {
+		if err := c.send(&frame{Type: typeHello, Version: baseVersion, Role: roleSuccessor, PID: os.Getpid(), Options: values}, nil); err != nil {
 			c.Close()
 			t.Fatal(err)
 		}

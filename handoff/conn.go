@@ -30,6 +30,11 @@ type conn struct {
 	// while bytes are there or nobody reads.
 	waitingSince atomic.Int64
 	state        atomic.Int32 // the server's: fresh, greeted or evicted
+	// version is the protocol version agreed in this conversation's hellos.
+	version int
+	// kept: the conversation outlives its handler (a successor that takes
+	// connections, see keepSuccessor).
+	kept atomic.Bool
 }
 
 // Bounds of what frames being read may buffer: a frame's buffer starts at
@@ -347,6 +352,8 @@ func wrapSyscall(op string, err error) error {
 
 func closeFDs(fds []int) {
 	for _, fd := range fds {
-		unix.Close(fd)
+		if fd >= 0 {
+			unix.Close(fd)
+		}
 	}
 }

@@ -1,25 +1,52 @@
 package handoff
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
 	"net/netip"
+	"os"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
-// kindTCPConn is a connected TCP socket: an idle keep-alive connection
-// passed to the successor (not offered yet: the protocol version that
-// carries connections is still to come).
-const kindTCPConn = "tcp-conn"
+// Passing connected sockets (protocol version 2).
+//
+// A successor that registered a handler (HandleConns) says, in its ready
+// frame, which listeners' connections it takes; the predecessor then keeps
+// the conversation open after done, and PassConns sends connections on it
+// in batches: a conns frame declaring each (the listener's name, family,
+// local and peer address, state bytes) with its fds, acked by the successor
+// once it has validated every fd of the batch and made a connection of it.
+// Until the ack, the predecessor's own fds stay open: a batch that is not
+// acked (the successor refused it, died, or hung) is still the caller's, and
+// nothing of it reaches a handler. See "Passing connections" in doc.go.
 
-// connDecl is one connected socket as its sender declares it: Address is
-// the local address, Peer the remote one, Unread the bytes the sender read
-// from it but did not consume, which precede what the socket holds.
+// connDecl is one connected socket as its sender declares it: Name is the
+// listener it was accepted on, Address the local address, Peer the remote
+// one, State opaque bytes for the receiver's handler (for HTTP, the bytes
+// read from the connection but not consumed, which precede what the socket
+// holds).
 type connDecl struct {
 	socketInfo
-	Peer   string
-	Unread []byte
+	Peer  string `json:"peer"`
+	State []byte `json:"state,omitempty"`
+}
+
+func (d *connDecl) check() error {
+	if d.Kind != kindTCPConn {
+		return fmt.Errorf("connection %q: kind %q", d.Name, d.Kind)
+	}
+	if len(d.Peer) > maxAddr || len(d.State) > MaxConnState {
+		return fmt.Errorf("connection %q: peer address or state too long (%d state bytes, limit %d)", d.Name, len(d.State), MaxConnState)
+	}
+	return d.socketInfo.check()
 }
 
 // validateConn checks a received fd against its declaration: a socket of the
@@ -62,4 +89,310 @@ func exactAddr(want, got string) bool {
 	w, err1 := netip.ParseAddrPort(want)
 	g, err2 := netip.ParseAddrPort(got)
 	return err1 == nil && err2 == nil && w.Port() != 0 && w.Addr().Unmap() == g.Addr().Unmap() && w.Port() == g.Port()
+}
+
+// PassedConn is a connection passed from one generation to the next.
+type PassedConn struct {
+	// Listener is the name (as given to Listen) of the listener the
+	// connection was accepted on; the successor's handler for that name
+	// receives it.
+	Listener string
+	// Conn is the connection. PassConns closes the sender's once the
+	// successor has it; the receiver owns the one its handler gets.
+	Conn *net.TCPConn
+	// State is opaque to this package, at most MaxConnState bytes: what the
+	// receiver needs to go on (for HTTP, the bytes read but not consumed).
+	State []byte
+}
+
+// HandleConns registers h to receive the connections a predecessor passes
+// for the listener name, in this process's successor role: once Ready has
+// told the predecessor which listeners' connections it takes (every name
+// registered), each connection passed arrives as one call of h, on one
+// goroutine, in order. h owns the connection; it must not block for long
+// (hand it to a server). Call it before Ready. A predecessor of protocol
+// version 1 passes none.
+func (u *Upgrader) HandleConns(name string, h func(PassedConn)) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch {
+	case h == nil:
+		return u.opError(errors.New("handle conns: nil handler"))
+	case u.closed:
+		return u.opError(fmt.Errorf("handle conns: %w", ErrClosed))
+	case u.ready:
+		return u.opError(errors.New("handle conns: called after Ready"))
+	}
+	if u.handlers == nil {
+		u.handlers = map[string]func(PassedConn){}
+	}
+	u.handlers[name] = h
+	return nil
+}
+
+// TakesConns reports whether a successor is ready and takes the connections
+// of the listener name: PassConns can then pass them. It becomes true
+// before Exit is closed, and false once the conversation with the successor
+// has failed or the Upgrader is closed.
+func (u *Upgrader) TakesConns(name string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.succ != nil && slices.Contains(u.takes, name)
+}
+
+// ErrNotTaken: the connections were not passed (no successor takes them, or
+// it refused or did not acknowledge them); they are still the caller's.
+var ErrNotTaken = errors.New("connections not taken by a successor")
+
+// PassConns passes conns to the successor, in batches of at most BatchFDs,
+// and returns how many it took: conns[:passed] are the successor's (their
+// Conn is closed here), conns[passed:] are still the caller's, open and
+// untouched. A connection the successor did not acknowledge is never served
+// by it. The error, if any, wraps ErrNotTaken (when no successor takes a
+// listener's connections, nothing is passed), ErrValidation (the successor
+// refused a batch) or why the conversation failed; after a failure, the
+// conversation is over and TakesConns is false. ctx is checked before each
+// batch; a batch sent is waited for (at most Config.Timeout), never
+// abandoned, so that no connection ends up held by both processes. Safe for
+// concurrent use (calls are serialized).
+func (u *Upgrader) PassConns(ctx context.Context, conns []PassedConn) (passed int, err error) {
+	u.passMu.Lock()
+	defer u.passMu.Unlock()
+	u.mu.Lock()
+	c, takes := u.succ, u.takes
+	u.mu.Unlock()
+	if c == nil {
+		return 0, u.opError(fmt.Errorf("pass conns: no successor takes connections: %w", ErrNotTaken))
+	}
+	for i, pc := range conns {
+		switch {
+		case pc.Conn == nil:
+			return 0, u.opError(fmt.Errorf("pass conns: connection %d: nil Conn", i))
+		case !slices.Contains(takes, pc.Listener):
+			return 0, u.opError(fmt.Errorf("pass conns: connection %d: the successor takes no connections of listener %q: %w", i, pc.Listener, ErrNotTaken))
+		case len(pc.State) > MaxConnState:
+			return 0, u.opError(fmt.Errorf("pass conns: connection %d: %d state bytes, limit %d", i, len(pc.State), MaxConnState))
+		}
+	}
+	defer func() {
+		if err != nil {
+			u.dropSuccessor(c)
+			err = u.opError(fmt.Errorf("pass conns: %d of %d passed: %w", passed, len(conns), err))
+		}
+	}()
+	for passed < len(conns) {
+		if err := ctx.Err(); err != nil {
+			return passed, fmt.Errorf("%w: %w", ErrNotTaken, err)
+		}
+		n := batchLen(conns[passed:])
+		if err := u.passBatch(c, conns[passed:passed+n]); err != nil {
+			return passed, err
+		}
+		for _, pc := range conns[passed : passed+n] {
+			pc.Conn.Close() // the successor's now; this closes only our fd
+		}
+		passed += n
+		u.passedSoFar += n
+	}
+	if len(conns) > 0 {
+		u.log.Debug("connections passed", zap.String("event", "handoff.conns_passed"), zap.Int("count", len(conns)), zap.Int("total", u.passedSoFar))
+	}
+	return passed, nil
+}
+
+// batchLen is how many of conns go in the next batch: at most BatchFDs,
+// with at most MaxFrame/2 state bytes (at least one).
+func batchLen(conns []PassedConn) int {
+	n, state := 0, 0
+	for n < min(len(conns), BatchFDs) {
+		state += len(conns[n].State)
+		if n > 0 && state > MaxFrame/2 {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// passBatch sends one batch and waits for its ack. The fds sent are dups,
+// closed once sent.
+func (u *Upgrader) passBatch(c *conn, batch []PassedConn) error {
+	f := &frame{Type: typeConns, First: u.passedSoFar, Count: len(batch), Conns: make([]connDecl, len(batch))}
+	fds := make([]int, 0, len(batch))
+	defer func() { closeFDs(fds) }()
+	for i, pc := range batch {
+		fd, err := dupConn(pc.Conn)
+		if err != nil {
+			return fmt.Errorf("%w: connection %s: %w", ErrNotTaken, pc.Conn.RemoteAddr(), err)
+		}
+		fds = append(fds, fd)
+		f.Conns[i] = connDecl{
+			socketInfo: socketInfo{Name: pc.Listener, Kind: kindTCPConn, Network: tcpNetwork(pc.Conn.LocalAddr()), Address: pc.Conn.LocalAddr().String()},
+			Peer:       pc.Conn.RemoteAddr().String(), State: pc.State,
+		}
+	}
+	if err := c.send(f, fds); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotTaken, err)
+	}
+	if testHookConnsSent != nil {
+		testHookConnsSent(f.First)
+	}
+	a, _, err := c.recv(0)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		a, err = c.lastWord(err)
+	}
+	if err == nil {
+		err = expect(a, typeAck)
+	}
+	if err == nil && a.Received != f.First+f.Count {
+		err = &FrameError{Type: typeAck, Err: ErrProtocol, Detail: fmt.Sprintf("ack of %d, sent %d", a.Received, f.First+f.Count)}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotTaken, err)
+	}
+	return nil
+}
+
+// lastWord settles a batch whose ack did not come in time: it shuts our
+// side for reading, after which the successor's ack cannot be sent any
+// more (its write fails with EPIPE, and it closes the batch), then reads
+// the ack that came before, if one did. Without it, an ack sent just as we
+// gave up would leave the connections with both processes.
+func (c *conn) lastWord(timeout error) (*frame, error) {
+	if err := c.c.CloseRead(); err != nil {
+		return nil, timeout
+	}
+	a, _, err := c.recvWithin(0, 10*time.Millisecond)
+	if err != nil {
+		return nil, timeout
+	}
+	return a, nil
+}
+
+// tcpNetwork is "tcp4" or "tcp6" for a connection's local address.
+func tcpNetwork(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok && ta.IP.To4() == nil {
+		return "tcp6"
+	}
+	return "tcp4"
+}
+
+// Test hooks: testHookConnsSent runs after each conns batch is sent,
+// testHookConnsReceived once a batch is validated, before its ack.
+var testHookConnsSent, testHookConnsReceived func(first int)
+
+// keepSuccessor keeps the conversation with a ready successor that takes
+// the connections of takes, for PassConns.
+func (u *Upgrader) keepSuccessor(c *conn, takes []string) {
+	c.kept.Store(true)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		c.Close()
+		return
+	}
+	u.succ, u.takes = c, takes
+}
+
+// dropSuccessor ends the conversation c after a failure.
+func (u *Upgrader) dropSuccessor(c *conn) {
+	u.mu.Lock()
+	if u.succ == c {
+		u.succ, u.takes = nil, nil
+	}
+	u.mu.Unlock()
+	c.Close()
+}
+
+// connWait bounds how long a successor waits for the next batch of
+// connections; the predecessor closes the conversation when it is done.
+const connWait = time.Hour
+
+// receiveConns is the successor's side of the connection passing: it reads
+// batches until the predecessor hangs up (or the Upgrader is closed),
+// validates each fd, acks the batch, and then gives each connection to its
+// listener's handler. A batch that fails is refused with an error frame and
+// closed here: the predecessor still has every connection of it.
+func (u *Upgrader) receiveConns(c *conn, handlers map[string]func(PassedConn)) {
+	defer u.connsWG.Done()
+	defer c.Close()
+	for n := 0; ; {
+		f, fds, err := c.recvWithin(BatchFDs, connWait)
+		if err == nil {
+			err = expect(f, typeConns)
+		}
+		if err == nil && (f.First != n || len(fds) != f.Count) {
+			err = &FrameError{Type: typeConns, Err: ErrFDCount, Detail: fmt.Sprintf("batch first=%d count=%d with %d fds, expected first=%d", f.First, f.Count, len(fds), n)}
+		}
+		var got []PassedConn
+		if err == nil {
+			got, err = adoptConns(f.Conns, fds, handlers)
+		} else {
+			closeFDs(fds)
+		}
+		if err == nil && testHookConnsReceived != nil {
+			testHookConnsReceived(n)
+		}
+		if err == nil {
+			if err = c.send(&frame{Type: typeAck, Received: n + len(got)}, nil); err != nil {
+				for _, pc := range got {
+					pc.Conn.Close()
+				}
+			}
+		}
+		if err != nil {
+			if !predecessorGone(err) && !errors.Is(err, net.ErrClosed) {
+				u.log.Warn("connections refused; the predecessor keeps them", zap.String("event", "handoff.conns_refused"), zap.Int("received", n), zap.Error(err))
+				if !errors.As(err, new(*RemoteError)) {
+					c.send(&frame{Type: typeError, Code: code(err), Message: err.Error()}, nil)
+				}
+			} else {
+				u.log.Debug("predecessor done passing connections", zap.String("event", "handoff.conns_end"), zap.Int("received", n))
+			}
+			return
+		}
+		n += len(got)
+		u.log.Debug("connections received", zap.String("event", "handoff.conns_received"), zap.Int("count", len(got)), zap.Int("total", n))
+		for _, pc := range got {
+			handlers[pc.Listener](pc)
+		}
+	}
+}
+
+// adoptConns validates every fd of a batch against its declaration and
+// makes a connection of each. On error it closes every fd and connection
+// of the batch.
+func adoptConns(decls []connDecl, fds []int, handlers map[string]func(PassedConn)) (_ []PassedConn, err error) {
+	out := make([]PassedConn, 0, len(fds))
+	defer func() {
+		if err != nil {
+			closeFDs(fds)
+			for _, pc := range out {
+				pc.Conn.Close()
+			}
+		}
+	}()
+	for i, fd := range fds {
+		d := &decls[i]
+		if handlers[d.Name] == nil {
+			return nil, &ValidationError{Name: d.Name, Check: "listener", Want: "a listener whose connections we take", Got: d.Name}
+		}
+		if err := validateConn(fd, d); err != nil {
+			return nil, err
+		}
+		f := os.NewFile(uintptr(fd), d.Name)
+		nc, err := net.FileConn(f) // a dup
+		f.Close()
+		fds[i] = -1
+		if err != nil {
+			return nil, err
+		}
+		tc, ok := nc.(*net.TCPConn)
+		if !ok {
+			nc.Close()
+			return nil, &ValidationError{Name: d.Name, Check: "net.FileConn", Want: "*net.TCPConn", Got: fmt.Sprintf("%T", nc)}
+		}
+		out = append(out, PassedConn{Listener: d.Name, Conn: tc, State: d.State})
+	}
+	return out, nil
 }

@@ -117,7 +117,34 @@
 // different options may break programs. Every fd of a failed or partial
 // transfer is closed; the predecessor keeps serving and counts the failure.
 //
-// # Wire protocol (version 1)
+// # Passing connections
+//
+// A listening socket is shared: both processes hold it. A connection
+// accepted by the predecessor is the predecessor's alone, and a restart
+// used to end it. With protocol version 2 the predecessor can pass its
+// connections to the successor instead (for HTTP, package drain does it for
+// idle keep-alive connections; the root package wires it for zerodrop.Serve):
+//
+//	// successor, before Ready: who takes the connections of "http"
+//	u.HandleConns("http", func(pc handoff.PassedConn) { serve(pc.Conn, pc.State) })
+//	// predecessor, once Exit is closed:
+//	if u.TakesConns("http") {
+//		passed, err := u.PassConns(ctx, conns) // conns[:passed] are the successor's
+//	}
+//
+// A passed connection is the same kernel socket: the client sees nothing,
+// no new handshake, and whatever it sent meanwhile waits in the socket.
+// State carries what the sender had read and not consumed. Each fd is
+// validated like a listener (a connected TCP socket of the declared family,
+// established or in CLOSE_WAIT, with the declared local and peer address),
+// and a batch is acknowledged only once every fd of it is validated and made
+// a *net.TCPConn: until the ack the predecessor's fds stay open, so a
+// successor that refuses, dies or hangs leaves every connection of that
+// batch with the predecessor (ErrNotTaken), and no connection is ever served
+// by both. TLS connections cannot be passed (their session keys live in
+// crypto/tls).
+//
+// # Wire protocol (version 2)
 //
 // A SOCK_STREAM unix socket. Each frame is a 4-byte big-endian payload length
 // (1 to 1 MiB; a longer header is an error, not a read) followed by one JSON
@@ -129,8 +156,8 @@
 // any other frame, more fds than announced, or MSG_CTRUNC as an error. The
 // successor S connects to the predecessor P:
 //
-//	S -> P  {"type":"hello","version":1,"role":"successor","pid":..,"uid":..}
-//	P -> S  {"type":"hello","version":1,"role":"predecessor","pid":..,"uid":..,"generation":G}
+//	S -> P  {"type":"hello","version":1,"max_version":2,"role":"successor","pid":..,"uid":..}
+//	P -> S  {"type":"hello","version":V,"role":"predecessor","pid":..,"uid":..,"generation":G}
 //	P -> S  {"type":"offer","sockets":[{"name":"http","kind":"tcp-listener",
 //	         "network":"tcp4","address":"127.0.0.1:8080","digest":"sha256:.."},..]}
 //	for each batch of up to 253 sockets, in offer order:
@@ -141,11 +168,31 @@
 //	         "network":"unix","address":"@name" or "<dir>/.<base>.<pid>.tmp"}]}
 //	         + SCM_RIGHTS with P's handoff listening socket
 //	... S starts serving, then:
-//	S -> P  {"type":"ready","generation":G+1}
+//	S -> P  {"type":"ready","generation":G+1,"takes":["http",..]}   ("takes" in version 2 only)
 //	P -> S  {"type":"done","generation":G+1}   (P has stopped accepting on the handoff socket)
+//	version 2, if "takes" named listeners: the conversation stays open, and
+//	for each batch of up to 253 connections P passes:
+//	P -> S  {"type":"conns","first":F,"count":K,"conns":[{"name":"http","kind":"tcp-conn",
+//	         "network":"tcp4","address":"127.0.0.1:8080","peer":"127.0.0.1:40000",
+//	         "state":"<base64>"},..]} + SCM_RIGHTS with exactly K fds
+//	S -> P  {"type":"ack","received":F+K}
+//	... until P closes the conversation (it has passed what it had).
+//
+// Versions: every hello says "version":1, the version all releases speak,
+// because a version 1 predecessor refuses any other and counts that as a
+// failed handoff; a successor that speaks more says so in "max_version",
+// and the predecessor answers with the highest version both speak. A
+// version 1 predecessor refuses the unknown key "max_version" ("protocol",
+// naming it, before anything else; not counted as a failure) and the
+// successor says hello again without it: listeners pass, connections are
+// not passed (the predecessor drains them as before). A version 1 successor
+// sends no "max_version" and is answered in version 1. A "conns" batch
+// carries at most 512 KiB of state in all, each connection at most
+// MaxConnState bytes.
 //
 // Kinds are "tcp-listener" (network tcp, tcp4, tcp6), "udp" (udp, udp4, udp6)
-// and "unix-listener" (network unix; no digest). Names are unique, 1 to 255
+// and "unix-listener" (network unix; no digest) in offers, and "tcp-conn"
+// (tcp, tcp4, tcp6) in conns frames only. Names are unique, 1 to 255
 // bytes of UTF-8; an offer lists at most 4096 sockets. Either side may instead
 // send {"type":"error","code":C,"message":M} and close; C is "version",
 // "in_progress" (P is handing over, or has handed over, to another

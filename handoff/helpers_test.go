@@ -38,6 +38,10 @@ const (
 	envSystemd = "ZD_SYSTEMD"
 	// ZD_WAIT=1: print "started", then wait for a line on stdin before New
 	envWait = "ZD_WAIT"
+	// ZD_CONNS: take the predecessor's connections of "http": "echo"
+	// answers each line with "gen <g> <state> <line>"; "die" exits
+	// (status 3) once a batch is received, before acking it.
+	envConns = "ZD_CONNS"
 )
 
 func fdCount() int {
@@ -107,6 +111,19 @@ func app(base int) error {
 			return err
 		}
 	}
+	if c := os.Getenv(envConns); c != "" {
+		if c == "die" {
+			testHookConnsReceived = func(int) { os.Exit(3) }
+		}
+		var cwg sync.WaitGroup
+		defer cwg.Wait()
+		if err := u.HandleConns("http", func(pc PassedConn) {
+			cwg.Add(1)
+			go func() { defer cwg.Done(); echoConn(pc, u.Generation()) }()
+		}); err != nil {
+			return err
+		}
+	}
 	if mode == "hold" {
 		fmt.Printf("received %d\n", u.Generation())
 		time.Sleep(time.Hour)
@@ -149,6 +166,23 @@ func acceptLoop(ln net.Listener, gen uint64, wg *sync.WaitGroup) {
 			}
 			fmt.Fprintf(c, "gen %d\n", gen)
 		}()
+	}
+}
+
+// echoConn answers each line of a passed connection (its state first, then
+// what the socket holds) with "gen <g> <state> <line>", until EOF or 20 s.
+func echoConn(pc PassedConn, gen uint64) {
+	defer pc.Conn.Close()
+	pc.Conn.SetDeadline(time.Now().Add(20 * time.Second))
+	r := bufio.NewReader(io.MultiReader(strings.NewReader(string(pc.State)), pc.Conn))
+	for range 1000 {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		if _, err := fmt.Fprintf(pc.Conn, "gen %d %s %s", gen, pc.Listener, line); err != nil {
+			return
+		}
 	}
 }
 

@@ -53,22 +53,54 @@ func code(err error) string {
 	return codeInternal
 }
 
-// hello is our hello frame. A successor's asks for option values, unless
-// the predecessor refused the key (values is false then).
-func (u *Upgrader) hello(role string, gen uint64, values bool) *frame {
-	return &frame{Type: typeHello, Version: Version, Role: role, PID: os.Getpid(), UID: uint32(os.Geteuid()), Generation: gen,
+// baseVersion is the version every hello names: a predecessor of version 1
+// refuses any other (and counts that as a failed handoff), so a successor
+// says what more it speaks in MaxVersion, which such a predecessor refuses
+// as an unknown key before anything else (no failure counted).
+const baseVersion = 1
+
+// hello is our hello frame. A successor's names the highest version it
+// speaks and asks for option values, unless the predecessor refused those
+// keys (values, maxVersion false then).
+func (u *Upgrader) hello(role string, gen uint64, values, maxVersion bool) *frame {
+	f := &frame{Type: typeHello, Version: baseVersion, Role: role, PID: os.Getpid(), UID: uint32(os.Geteuid()), Generation: gen,
 		Handoff: role != roleObserver, Options: role == roleSuccessor && values}
+	if role == roleSuccessor && maxVersion {
+		f.MaxVersion = Version
+	}
+	return f
 }
 
-// errNoValues says the predecessor is of a release that does not know the
-// hello's "options" key: it answered "protocol" naming it, before anything
-// else (no transfer began, and it counts no failure).
-var errNoValues = errors.New(`predecessor refuses the hello's "options" key`)
+// agree returns the version both sides of a conversation speak, given the
+// peer's hello: the highest of its versions that we speak too.
+func agree(f *frame) (int, error) {
+	if f.Version < 1 || f.Version > Version {
+		return 0, &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("peer speaks version %d, we speak 1 to %d", f.Version, Version)}
+	}
+	return min(Version, max(f.Version, f.MaxVersion)), nil
+}
 
-// refusedValues reports whether f is an older predecessor's answer to a
-// hello that carried "options".
-func refusedValues(f *frame) bool {
-	return f.Type == typeError && f.Code == codeProtocol && strings.Contains(f.Message, `unknown key "options"`)
+// refusedKeyError says the predecessor is of a release that does not know
+// a key of our hello: it answered "protocol" naming it, before anything
+// else (no transfer began, and it counts no failure).
+type refusedKeyError string
+
+func (e refusedKeyError) Error() string {
+	return fmt.Sprintf("predecessor refuses the hello's %q key", string(e))
+}
+
+// refusedKey returns which of the optional keys of our hello an older
+// predecessor refused with f, or "".
+func refusedKey(f *frame) string {
+	if f.Type != typeError || f.Code != codeProtocol {
+		return ""
+	}
+	for _, key := range []string{"max_version", "options"} {
+		if strings.Contains(f.Message, fmt.Sprintf("unknown key %q", key)) {
+			return key
+		}
+	}
+	return ""
 }
 
 // maxRedials bounds how often connect dials again after a hang-up.
@@ -88,10 +120,15 @@ func (u *Upgrader) connect(ctx, dctx context.Context) (fresh bool, err error) {
 			return err == nil, err
 		}
 		err = u.inherit(ctx, nc)
-		if errors.Is(err, errNoValues) {
-			// An older predecessor: say hello as its release does (once;
-			// it does not count as a redial).
-			u.noValues = true
+		var rk refusedKeyError
+		if errors.As(err, &rk) {
+			// An older predecessor: say hello as its release does (once
+			// per key; it does not count as a redial).
+			if rk == "options" {
+				u.noValues = true
+			} else {
+				u.noMax = true
+			}
 			i--
 			continue
 		}
@@ -127,7 +164,7 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	defer c.bind(ctx)()
 	defer func() {
 		if err != nil {
-			if !predecessorGone(err) && !errors.As(err, new(*RemoteError)) && !errors.Is(err, errNoValues) {
+			if !predecessorGone(err) && !errors.As(err, new(*RemoteError)) && !errors.As(err, new(refusedKeyError)) {
 				c.send(&frame{Type: typeError, Code: code(err), Message: err.Error()}, nil)
 			}
 			c.Close()
@@ -140,7 +177,7 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	if err := allowed(cred, u.cfg.AllowUIDs); err != nil {
 		return err
 	}
-	if err := c.send(u.hello(roleSuccessor, 0, !u.noValues), nil); err != nil {
+	if err := c.send(u.hello(roleSuccessor, 0, !u.noValues, !u.noMax), nil); err != nil {
 		return err
 	}
 	f, _, err := c.recv(0)
@@ -153,15 +190,17 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	if err != nil {
 		return err
 	}
-	if !u.noValues && refusedValues(f) {
-		return errNoValues
+	switch key := refusedKey(f); {
+	case key == "options" && !u.noValues, key == "max_version" && !u.noMax:
+		return refusedKeyError(key)
 	}
 	if err := expect(f, typeHello); err != nil {
 		return err
 	}
-	if f.Version != Version {
-		return &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("predecessor speaks version %d, we speak %d", f.Version, Version)}
+	if want := max(baseVersion, Version*boolInt(!u.noMax)); f.Version < baseVersion || f.Version > want {
+		return &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("predecessor speaks version %d, we speak %d to %d", f.Version, baseVersion, want)}
 	}
+	u.predVersion = f.Version
 	u.gen = f.Generation + 1
 	u.log.Info("connected to predecessor", zap.String("event", "handoff.connected"), zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid), zap.Uint64("generation", u.gen))
 	socks, err := u.receive(c)

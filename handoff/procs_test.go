@@ -76,7 +76,7 @@ func rawSuccessor(path, script string) error {
 	case "oversized":
 		send = binary.BigEndian.AppendUint32(nil, MaxFrame+1)
 	case "role":
-		send = hello(Version, "boss")
+		send = hello(baseVersion, "boss")
 	case "json":
 		send = rawFrame(5, "{nope")
 	case "ack":
@@ -96,7 +96,7 @@ func rawSuccessor(path, script string) error {
 // wrongAck takes the predecessor's fds like a successor, closes them, and
 // acks one more than it received.
 func wrongAck(c *conn) error {
-	if err := c.send(&frame{Type: typeHello, Version: Version, Role: roleSuccessor, PID: os.Getpid()}, nil); err != nil {
+	if err := c.send(&frame{Type: typeHello, Version: baseVersion, Role: roleSuccessor, PID: os.Getpid()}, nil); err != nil {
 		return err
 	}
 	var offer *frame
@@ -203,7 +203,7 @@ func rawPredecessor(path, script string) error {
 	if f, _, err := c.recv(0); err != nil || f.Type != typeHello || f.Role != roleSuccessor {
 		return fmt.Errorf("successor's hello: %+v %v", f, err)
 	}
-	hello := &frame{Type: typeHello, Version: Version, Role: rolePredecessor, PID: os.Getpid(), Generation: 4}
+	hello := &frame{Type: typeHello, Version: baseVersion, Role: rolePredecessor, PID: os.Getpid(), Generation: 4}
 	offer := func(fds []int, infos ...socketInfo) error {
 		if err := c.send(hello, nil); err != nil {
 			return err
@@ -219,7 +219,7 @@ func rawPredecessor(path, script string) error {
 	switch script {
 	case "version":
 		h := *hello
-		h.Version = 2
+		h.Version = Version + 1
 		err = c.send(&h, nil)
 	case "oversized":
 		_, err = c.c.Write(binary.BigEndian.AppendUint32(nil, MaxFrame+1))

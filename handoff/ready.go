@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -67,8 +68,9 @@ func (u *Upgrader) Ready() error {
 		}
 	}
 	if pred != nil {
-		err = u.signal(pred)
-		pred.Close()
+		var done bool
+		done, err = u.signal(pred)
+		u.afterSignal(pred, done)
 		if err == nil && s.ln == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), u.cfg.Timeout)
 			s.ln, err = listenAbstract(ctx, u.cfg.Path, u.cfg.Timeout)
@@ -108,10 +110,11 @@ func (u *Upgrader) readyInherited(s *server, pred *conn, ln *net.UnixListener, p
 	if !abstract(u.cfg.Path) {
 		s.ino, err = adoptPath(u.cfg.Path, u.cfg.AllowUIDs)
 	}
+	done := false
 	if err == nil {
-		err = u.signal(pred)
+		done, err = u.signal(pred)
 	}
-	pred.Close()
+	u.afterSignal(pred, done)
 	if err != nil {
 		ln.Close()
 		removeTemp(pidTmp)
@@ -120,11 +123,28 @@ func (u *Upgrader) readyInherited(s *server, pred *conn, ln *net.UnixListener, p
 	return u.serve(s, pidTmp)
 }
 
-// signal sends ready to the predecessor and waits for done.
-func (u *Upgrader) signal(pred *conn) error {
+// takes is what the ready frame says of the connections we take: the
+// listeners we have a handler for, if the predecessor speaks version 2.
+func (u *Upgrader) takesList() []string {
+	if u.predVersion < 2 {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	names := make([]string, 0, len(u.handlers))
+	for name := range u.handlers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// signal sends ready to the predecessor and waits for done (gotDone:
+// it came).
+func (u *Upgrader) signal(pred *conn) (gotDone bool, err error) {
 	start := time.Now()
-	if err := pred.send(&frame{Type: typeReady, Generation: u.gen}, nil); err != nil {
-		return err
+	if err := pred.send(&frame{Type: typeReady, Generation: u.gen, Takes: u.takesList()}, nil); err != nil {
+		return false, err
 	}
 	f, _, err := pred.recv(0)
 	if err == nil {
@@ -133,13 +153,35 @@ func (u *Upgrader) signal(pred *conn) error {
 	if err != nil && predecessorGone(err) {
 		// It read ready (it hung up only after), so it stops, or it died.
 		u.log.Warn("predecessor hung up without done; serving anyway", zap.Error(err))
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("waiting for done: %w", err)
+		return false, fmt.Errorf("waiting for done: %w", err)
 	}
 	u.log.Info("predecessor stopped", zap.String("event", "handoff.predecessor_stopped"), zap.Uint64("generation", u.gen), zap.Duration("took", time.Since(start)))
-	return nil
+	return true, nil
+}
+
+// afterSignal ends the conversation with the predecessor, or, when it was
+// told we take connections and answered done, keeps it to receive them.
+func (u *Upgrader) afterSignal(pred *conn, gotDone bool) {
+	if !gotDone || len(u.takesList()) == 0 {
+		pred.Close()
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		pred.Close()
+		return
+	}
+	handlers := make(map[string]func(PassedConn), len(u.handlers))
+	for name, h := range u.handlers {
+		handlers[name] = h
+	}
+	u.preds = append(u.preds, pred)
+	u.connsWG.Add(1)
+	go u.receiveConns(pred, handlers)
 }
 
 // serve starts the handoff server and renames the PID file into place.

@@ -160,7 +160,11 @@ func (s *server) handle(nc *net.UnixConn) {
 		nc.Close()
 		return
 	}
-	defer c.Close()
+	defer func() {
+		if !c.kept.Load() { // a successor that takes connections: the Upgrader's now
+			c.Close()
+		}
+	}()
 	c.pool = &s.pool
 	log := s.u.log
 	cred, err := c.peerCred()
@@ -208,14 +212,16 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 	if err := expect(f, typeHello); err != nil {
 		return err
 	}
-	if f.Version != Version {
-		err := &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("peer speaks version %d, we speak %d", f.Version, Version)}
+	v, err := agree(f)
+	if err != nil {
 		if f.Role == roleSuccessor {
 			s.done(Result{From: s.u.gen, PID: f.PID}, err)
 		}
 		return err
 	}
-	h := s.u.hello(rolePredecessor, s.u.gen, false)
+	c.version = v
+	h := s.u.hello(rolePredecessor, s.u.gen, false, false)
+	h.Version = v
 	if f.Role == roleObserver {
 		s.mu.Lock()
 		h.LastError, h.Failures = s.last, s.fails
@@ -381,8 +387,13 @@ func (s *server) awaitReady(c *conn, log *zap.Logger, start time.Time) error {
 	// with Close must not cut it off. The successor said it serves; we stop
 	// even if it cannot read done.
 	err = c.send(&frame{Type: typeDone, Generation: r.Generation}, nil)
+	takes := c.version >= 2 && len(r.Takes) > 0 && err == nil
+	if takes {
+		s.u.keepSuccessor(c, r.Takes) // before Exit: PassConns works as soon as it is closed
+	}
 	s.u.exitOne.Do(func() { close(s.u.exit) })
-	log.Info("successor ready; exit signalled", zap.String("event", "handoff.done"), zap.Uint64("successor_generation", r.Generation), zap.Duration("took", time.Since(start)), zap.NamedError("done", err))
+	log.Info("successor ready; exit signalled", zap.String("event", "handoff.done"), zap.Uint64("successor_generation", r.Generation), zap.Duration("took", time.Since(start)),
+		zap.Bool("takes_conns", takes), zap.NamedError("done", err))
 	return nil
 }
 

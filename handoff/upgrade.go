@@ -44,7 +44,7 @@ func Observe(ctx context.Context, path string) (st Status, ok bool, err error) {
 		err = allowed(cred, nil)
 	}
 	if err == nil {
-		err = c.send(&frame{Type: typeHello, Version: Version, Role: roleObserver, PID: os.Getpid(), UID: uint32(os.Geteuid())}, nil)
+		err = c.send(&frame{Type: typeHello, Version: baseVersion, Role: roleObserver, PID: os.Getpid(), UID: uint32(os.Geteuid())}, nil)
 	}
 	var f *frame
 	if err == nil {

@@ -58,9 +58,11 @@ type Upgrader struct {
 	hln   *net.UnixListener  // the predecessor's handoff socket, until Ready
 	act   *systemd.Activation
 	fback error
-	// noValues: the predecessor is of a release that sends no option
-	// values (see errNoValues).
-	noValues bool
+	// noValues, noMax: the predecessor is of a release that refuses the
+	// hello's "options" key, or its "max_version" key (see refusedKey).
+	noValues, noMax bool
+	// predVersion is the protocol version agreed with the predecessor.
+	predVersion int
 
 	mu      sync.Mutex
 	socks   []*socket // ours, in Listen order: what we offer
@@ -70,6 +72,18 @@ type Upgrader struct {
 	srv     *server
 	exit    chan struct{}
 	exitOne sync.Once
+
+	// Connections (conns.go). handlers: ours, by listener name, for the
+	// predecessor's; succ: the conversation with a ready successor that
+	// takes the connections of the listeners takes; preds: conversations
+	// on which a predecessor passes us connections.
+	handlers    map[string]func(PassedConn)
+	succ        *conn
+	takes       []string
+	preds       []*conn
+	connsWG     sync.WaitGroup
+	passMu      sync.Mutex // serializes PassConns
+	passedSoFar int        // connections passed to succ, under passMu
 }
 
 // socket is one socket we own a reference to: the fd (close-on-exec) and how
@@ -196,8 +210,16 @@ func (u *Upgrader) Close() error {
 	}
 	u.closed = true
 	srv, socks, inh, pred, hln := u.srv, u.socks, u.inh, u.pred, u.hln
-	u.socks, u.inh, u.pred, u.hln = nil, nil, nil, nil
+	succ, preds := u.succ, u.preds
+	u.socks, u.inh, u.pred, u.hln, u.succ, u.takes, u.preds = nil, nil, nil, nil, nil, nil, nil
 	u.mu.Unlock()
+	if succ != nil {
+		succ.Close() // the successor has every connection it acked
+	}
+	for _, c := range preds {
+		c.Close()
+	}
+	u.connsWG.Wait()
 	if hln != nil {
 		hln.Close() // our reference; the predecessor serves it
 	}

@@ -13,14 +13,18 @@ import (
 
 // Protocol constants. See doc.go for the wire format.
 const (
-	// Version is the protocol version this package speaks.
-	Version = 1
+	// Version is the highest protocol version this package speaks. Version
+	// 2 adds connected sockets ("conns" frames after done); see doc.go for
+	// how two releases agree on a version.
+	Version = 2
 	// MaxFrame is the largest frame payload accepted, in bytes.
 	MaxFrame = 1 << 20
 	// MaxSockets is the largest number of sockets one offer may declare.
 	MaxSockets = 4096
 	// BatchFDs is the most fds sent in one SCM_RIGHTS message (SCM_MAX_FD).
 	BatchFDs = 253
+	// MaxConnState is the most state bytes one passed connection may carry.
+	MaxConnState = 64 << 10
 
 	headerLen = 4
 	maxName   = 255
@@ -36,6 +40,9 @@ const (
 	typeReady = "ready"
 	typeDone  = "done"
 	typeError = "error"
+	// typeConns carries connected sockets (version 2), after done: one
+	// batch of up to BatchFDs fds, declared in Conns, acked like fds.
+	typeConns = "conns"
 	// typeHandoff carries the predecessor's handoff listening socket itself
 	// (one fd, declared in Sockets), so that the handoff name stays bound.
 	typeHandoff = "handoff"
@@ -53,6 +60,9 @@ const (
 	kindTCP  = "tcp-listener"
 	kindUDP  = "udp"
 	kindUnix = "unix-listener"
+	// kindTCPConn is a connected TCP socket (version 2): a connection
+	// passed to the successor, declared in a conns frame.
+	kindTCPConn = "tcp-conn"
 )
 
 // Error codes carried by error frames.
@@ -70,7 +80,12 @@ const (
 type frame struct {
 	Type string `json:"type"`
 	// hello
-	Version    int    `json:"version,omitempty"`
+	Version int `json:"version,omitempty"`
+	// MaxVersion in a successor's hello: the highest version it speaks,
+	// when above Version (a predecessor of version 1 refuses the key, and
+	// the successor says hello again without it). A predecessor answers
+	// with the version both speak.
+	MaxVersion int    `json:"max_version,omitempty"`
 	Role       string `json:"role,omitempty"`
 	PID        int    `json:"pid,omitempty"`
 	UID        uint32 `json:"uid,omitempty"`
@@ -89,9 +104,15 @@ type frame struct {
 	OptionSets map[string]map[string]string `json:"option_sets,omitempty"`
 	// offer; handoff: the one handoff socket
 	Sockets []socketInfo `json:"sockets,omitempty"`
-	// fds: First is the index in the offer of the first fd of this batch.
+	// fds, conns: First is the index in the offer (or among the
+	// connections passed) of the first fd of this batch.
 	First int `json:"first,omitempty"`
 	Count int `json:"count,omitempty"`
+	// conns: the connected sockets of the batch, in fd order.
+	Conns []connDecl `json:"conns,omitempty"`
+	// Takes in a ready frame (version 2): the names of the listeners whose
+	// connections the successor takes; none means it takes none.
+	Takes []string `json:"takes,omitempty"`
 	// ack
 	Received int `json:"received,omitempty"`
 	// error
@@ -173,29 +194,40 @@ func decodeBody(body []byte) (*frame, error) {
 var (
 	frameKeys  = jsonKeys(reflect.TypeFor[frame]())
 	socketKeys = jsonKeys(reflect.TypeFor[socketInfo]())
+	connKeys   = jsonKeys(reflect.TypeFor[connDecl]())
 )
 
+// jsonKeys returns the json names of t's fields, those of embedded structs
+// included (encoding/json flattens them).
 func jsonKeys(t reflect.Type) map[string]bool {
 	keys := make(map[string]bool, t.NumField())
 	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		f := t.Field(i)
+		if f.Anonymous {
+			for k := range jsonKeys(f.Type) {
+				keys[k] = true
+			}
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		keys[name] = true
 	}
 	return keys
 }
 
 // checkKeys refuses a payload whose object, or an object in its "sockets"
-// list, has a key that is not one of its fields' names (compared exactly,
-// after JSON unescaping) or has a key twice. Values are checked by
+// or "conns" list, has a key that is not one of its fields' names (compared
+// exactly, after JSON unescaping) or has a key twice. Values are checked by
 // json.Unmarshal afterwards.
 func checkKeys(body []byte) error {
 	d := json.NewDecoder(bytes.NewReader(body))
 	return objectKeys(d, frameKeys, func(key string) error {
-		if key != "sockets" {
+		elemKeys := map[string]map[string]bool{"sockets": socketKeys, "conns": connKeys}[key]
+		if elemKeys == nil {
 			return skipValue(d)
 		}
 		return eachElement(d, func() error {
-			return objectKeys(d, socketKeys, func(string) error { return skipValue(d) })
+			return objectKeys(d, elemKeys, func(string) error { return skipValue(d) })
 		})
 	})
 }
@@ -287,6 +319,9 @@ func (f *frame) check() error {
 		if f.PID <= 0 {
 			return fmt.Errorf("pid %d", f.PID)
 		}
+		if f.MaxVersion != 0 && f.MaxVersion <= f.Version {
+			return fmt.Errorf("max_version %d not above version %d", f.MaxVersion, f.Version)
+		}
 	case typeOffer:
 		if len(f.Sockets) > MaxSockets {
 			return fmt.Errorf("%d sockets, limit %d", len(f.Sockets), MaxSockets)
@@ -295,6 +330,9 @@ func (f *frame) check() error {
 		for _, s := range f.Sockets {
 			if err := s.check(); err != nil {
 				return err
+			}
+			if s.Kind == kindTCPConn {
+				return fmt.Errorf("socket %q: a connection in an offer", s.Name)
 			}
 			if seen[s.Name] {
 				return fmt.Errorf("socket name %q offered twice", s.Name)
@@ -305,8 +343,22 @@ func (f *frame) check() error {
 		if f.Count < 1 || f.Count > BatchFDs || f.First < 0 || f.First > MaxSockets {
 			return fmt.Errorf("fds batch first=%d count=%d", f.First, f.Count)
 		}
+	case typeConns:
+		if f.Count < 1 || f.Count > BatchFDs || f.First < 0 || len(f.Conns) != f.Count {
+			return fmt.Errorf("conns batch first=%d count=%d declaring %d", f.First, f.Count, len(f.Conns))
+		}
+		state := 0
+		for i := range f.Conns {
+			if err := f.Conns[i].check(); err != nil {
+				return err
+			}
+			state += len(f.Conns[i].State)
+		}
+		if state > MaxFrame/2 {
+			return fmt.Errorf("conns batch carries %d state bytes, limit %d", state, MaxFrame/2)
+		}
 	case typeAck:
-		if f.Received < 0 || f.Received > MaxSockets {
+		if f.Received < 0 {
 			return fmt.Errorf("ack of %d", f.Received)
 		}
 	case typeHandoff:
@@ -314,7 +366,11 @@ func (f *frame) check() error {
 			return fmt.Errorf("handoff frame declares %d sockets, want one unix listener", len(f.Sockets))
 		}
 		return f.Sockets[0].check()
-	case typeReady, typeDone:
+	case typeReady:
+		if len(f.Takes) > MaxSockets {
+			return fmt.Errorf("ready takes %d listeners, limit %d", len(f.Takes), MaxSockets)
+		}
+	case typeDone:
 	case typeError:
 		if f.Code == "" {
 			return fmt.Errorf("error frame without code")
@@ -334,7 +390,7 @@ func (s *socketInfo) check() error {
 	}
 	ok := false
 	switch s.Kind {
-	case kindTCP:
+	case kindTCP, kindTCPConn:
 		ok = s.Network == "tcp" || s.Network == "tcp4" || s.Network == "tcp6"
 	case kindUDP:
 		ok = s.Network == "udp" || s.Network == "udp4" || s.Network == "udp6"

@@ -23,6 +23,11 @@ func TestDecodeErrors(t *testing.T) {
 		{"hello without pid", rawFrame(40, `{"type":"hello","role":"successor"}     `), ErrProtocol},
 		{"fds batch too big", rawFrame(27, `{"type":"fds","count":254} `), ErrProtocol},
 		{"bad kind", rawFrame(92, `{"type":"offer","sockets":[{"name":"a","kind":"tcp-listener","network":"udp","address":""}]}`), ErrProtocol},
+		{"connection in an offer", body(`{"type":"offer","sockets":[{"name":"a","kind":"tcp-conn","network":"tcp4","address":""}]}`), ErrProtocol},
+		{"conns count mismatch", body(`{"type":"conns","count":2,"conns":[{"name":"a","kind":"tcp-conn","network":"tcp4","address":"","peer":""}]}`), ErrProtocol},
+		{"conns unknown key", body(`{"type":"conns","count":1,"conns":[{"name":"a","kind":"tcp-conn","network":"tcp4","address":"","peer":"","fd":3}]}`), ErrProtocol},
+		{"conns listener kind", body(`{"type":"conns","count":1,"conns":[{"name":"a","kind":"tcp-listener","network":"tcp4","address":"","peer":""}]}`), ErrProtocol},
+		{"max_version not above version", body(`{"type":"hello","role":"successor","pid":1,"version":2,"max_version":2}`), ErrProtocol},
 	} {
 		_, err := decode(tc.in)
 		var fe *FrameError
@@ -32,6 +37,9 @@ func TestDecodeErrors(t *testing.T) {
 	}
 }
 
+// body frames a payload with its exact length.
+func body(s string) []byte { return rawFrame(uint32(len(s)), s) }
+
 func TestEncodeDecode(t *testing.T) {
 	fs := []*frame{
 		{Type: typeHello, Version: Version, Role: roleSuccessor, PID: 7, UID: 1000, Generation: 3},
@@ -39,6 +47,11 @@ func TestEncodeDecode(t *testing.T) {
 		{Type: typeFDs, First: 253, Count: 253},
 		{Type: typeAck, Received: 506},
 		{Type: typeReady, Generation: 4},
+		{Type: typeReady, Generation: 4, Takes: []string{"http", "https"}},
+		{Type: typeHello, Version: 1, MaxVersion: Version, Role: roleSuccessor, PID: 7},
+		{Type: typeConns, First: 253, Count: 2, Conns: []connDecl{
+			{socketInfo: socketInfo{Name: "http", Kind: kindTCPConn, Network: "tcp4", Address: "127.0.0.1:80"}, Peer: "127.0.0.1:5000", State: []byte("GET")},
+			{socketInfo: socketInfo{Name: "http", Kind: kindTCPConn, Network: "tcp6", Address: "[::1]:80"}, Peer: "[::1]:5001"}}},
 		{Type: typeDone, Generation: 4},
 		{Type: typeError, Code: codeInProgress, Message: "busy"},
 	}
