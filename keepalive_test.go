@@ -119,8 +119,13 @@ func (p *kaPool) stop() (failed int, byClass map[string]int, first error) {
 
 // TestServeKeepAliveRestarts runs 256 keep-alive clients posting
 // non-retryable requests through restarts of a service built on Serve (each
-// generation started by SIGHUP to the one before). No request may fail.
-// CI runs 10 restarts (about 20 s); ZD_KEEPALIVE_RESTARTS=100 runs more.
+// generation started by SIGHUP to the one before). No request may fail, and
+// no client may connect again: each restart hands every connection to the
+// successor (the drain closes none idle), so the clients dial 256 times in
+// all. CI runs 10 restarts (about 20 s); ZD_KEEPALIVE_RESTARTS=100 runs
+// more. With ZD_NO_CONN_HANDOFF=1 (Options.NoConnHandoff) it measures the
+// drain without connection handoff instead: no failure, but every client
+// reconnects once per restart.
 func TestServeKeepAliveRestarts(t *testing.T) {
 	const clients = 256
 	restarts := 10
@@ -131,11 +136,18 @@ func TestServeKeepAliveRestarts(t *testing.T) {
 		bin := netnstest.ExecutableCopy(t)
 		sock := filepath.Join(t.TempDir(), "handoff.sock")
 		addr := "127.0.0.1:8080"
-		s := netnstest.StartSubreaped(t, bin, []string{"ZERODROP_TEST_HELPER=generation", "ZD_SOCK=" + sock, "ZD_ADDR=" + addr}, "-test.run=^$")
+		env := []string{"ZERODROP_TEST_HELPER=generation", "ZD_SOCK=" + sock, "ZD_ADDR=" + addr}
+		noHandoff := os.Getenv("ZD_NO_CONN_HANDOFF") != ""
+		if noHandoff {
+			env = append(env, "ZD_NO_CONN_HANDOFF=1")
+		}
+		counters := netnstest.Snapshot(t)
+		s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
 		pid := servingPID(t, s.Expect(t, "serving 1 "))
 		p := startKAPool(t, "http://"+addr+"/", clients)
 		p.waitFor(t, pid, 2*clients)
-		idleClosed := 0
+		idleClosed, handedOver := 0, 0
+		start := time.Now()
 		for gen := 2; gen <= restarts+1; gen++ {
 			if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 				t.Fatal(err)
@@ -145,9 +157,11 @@ func TestServeKeepAliveRestarts(t *testing.T) {
 			if ws := s.Reap(t, pid, 30*time.Second); ws.ExitStatus() != 0 {
 				t.Errorf("generation %d exited with %v", gen-1, ws)
 			}
-			if len(rep) > 5 {
+			if len(rep) > 6 {
 				n, _ := strconv.Atoi(rep[5])
 				idleClosed += n
+				n, _ = strconv.Atoi(rep[6])
+				handedOver += n
 			}
 			pid = next
 			p.waitFor(t, pid, clients)
@@ -158,9 +172,20 @@ func TestServeKeepAliveRestarts(t *testing.T) {
 		}
 		s.Expect(t, fmt.Sprintf("report %d ", restarts+1))
 		s.Reap(t, pid, 30*time.Second)
-		t.Logf("%d clients, %d restarts: %d failed %v (first: %v); %d dials; the drains closed %d idle connections", clients, restarts, failed, byClass, first, p.dials.Load(), idleClosed)
+		took := time.Since(start)
+		d := counters.Delta(t, "Tcp.OutRsts", "Tcp.ActiveOpens")
+		t.Logf("%d clients, %d restarts in %v: %d failed %v (first: %v); %d dials; the drains handed over %d connections and closed %d idle; counters %v",
+			clients, restarts, took.Round(time.Millisecond), failed, byClass, first, p.dials.Load(), handedOver, idleClosed, d)
 		if failed > 0 {
 			t.Errorf("%d requests failed %v (first: %v), want 0", failed, byClass, first)
+		}
+		if !noHandoff {
+			if n := p.dials.Load(); n != clients || idleClosed != 0 {
+				t.Errorf("%d dials for %d clients, %d closed idle: with connection handoff no client connects again", n, clients, idleClosed)
+			}
+			if handedOver < clients*restarts {
+				t.Errorf("%d connections handed over in %d restarts of %d clients, want at least %d", handedOver, restarts, clients, clients*restarts)
+			}
 		}
 	})
 }

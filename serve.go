@@ -57,6 +57,13 @@ type Options struct {
 	// A stop because a successor took over has no delay: it serves the same
 	// sockets.
 	Delay time.Duration
+	// NoConnHandoff, with Handoff set, closes our keep-alive connections
+	// at a handoff as a plain stop does, instead of passing them to the
+	// successor. By default every plain HTTP/1.1 connection goes to the
+	// successor once it waits for its next request (drain.Server.HandOver,
+	// handoff.Upgrader.PassConns), so that its client notices nothing; TLS
+	// and HTTP/2 connections are drained (they cannot be passed).
+	NoConnHandoff bool
 	// Grace bounds the drain; default 30 s.
 	Grace time.Duration
 	// Logger receives what Serve does, and is given to handoff and drain; nil
@@ -139,6 +146,10 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 		return rep, err
 	}
 
+	if err := g.passConns(servers); err != nil {
+		_, serr := shutdown("connection handoff failed", 0)
+		return rep, errors.Join(err, serr)
+	}
 	if err := g.ready(rep.Generation, addrs, log); err != nil {
 		_, serr := shutdown("ready failed", 0)
 		return rep, errors.Join(err, serr)
@@ -176,10 +187,40 @@ const causeSuccessor = "successor ready"
 
 // generationSet is the listeners of one process and where they came from.
 type generationSet struct {
-	u   *handoff.Upgrader // nil without Handoff
-	act *systemd.Activation
-	lns []net.Listener
-	wd  *systemd.Watchdog
+	u     *handoff.Upgrader // nil without Handoff
+	act   *systemd.Activation
+	names []string // the addresses served, the listeners' names for handoff
+	lns   []net.Listener
+	wd    *systemd.Watchdog
+}
+
+// handOver is a drain.Server.HandOver that passes the connections of the
+// listener name to a successor that takes them.
+func (g *generationSet) handOver(name string) func(context.Context, []drain.Detached) (int, error) {
+	return func(ctx context.Context, conns []drain.Detached) (int, error) {
+		if !g.u.TakesConns(name) {
+			return 0, fmt.Errorf("zerodrop: no successor takes the connections of %s: %w", name, handoff.ErrNotTaken)
+		}
+		pcs := make([]handoff.PassedConn, len(conns))
+		for j, d := range conns {
+			pcs[j] = handoff.PassedConn{Listener: name, Conn: d.Conn, State: d.Unread}
+		}
+		return g.u.PassConns(ctx, pcs)
+	}
+}
+
+// passConns has the servers that hand their connections over serve those
+// their predecessor passes. It must run before ready.
+func (g *generationSet) passConns(servers []*drain.Server) error {
+	for i, s := range servers {
+		if s.HandOver == nil {
+			continue
+		}
+		if err := g.u.HandleConns(g.names[i], func(pc handoff.PassedConn) { s.ServeConn(pc.Conn, pc.State) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (g *generationSet) generation() uint64 {
@@ -245,6 +286,7 @@ func open(ctx context.Context, addrs []string, opts Options, log *zap.Logger) (g
 		if err != nil {
 			return g, err
 		}
+		g.names = append(g.names, a)
 		g.lns = append(g.lns, l)
 	}
 	if g.act != nil {
@@ -319,6 +361,9 @@ func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) (
 			h = copyServer(srv)
 		}
 		servers[i] = &drain.Server{HTTP: h, Logger: log, OnReport: opts.OnReport}
+		if g.u != nil && !opts.NoConnHandoff && h.TLSConfig == nil {
+			servers[i].HandOver = g.handOver(g.names[i])
+		}
 		if opts.ReadyPath != "" {
 			h.Handler = readiness(opts.ReadyPath, servers[i].Ready(), h.Handler)
 		}

@@ -27,10 +27,11 @@ import (
 
 // generationMain is one generation of a service built on Serve: it answers
 // every request with its pid, prints "serving <generation> <pid> <addr>" once
-// served and "report <generation> <cause> <method> <lost> <idle closed>" when
-// Serve returns (cause with '_' for spaces; lost: queued connections and
-// requests the drain could not serve; idle closed: keep-alive connections the
-// drain closed idle).
+// served and "report <generation> <cause> <method> <lost> <idle closed>
+// <handed over>" when Serve returns (cause with '_' for spaces; lost: queued
+// connections and requests the drain could not serve; idle closed:
+// keep-alive connections the drain closed idle; handed over: connections
+// passed to the successor).
 func generationMain() {
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "%d\n", os.Getpid())
@@ -44,17 +45,18 @@ func generationMain() {
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 	rep, err := zerodrop.Serve(context.Background(), srv, []string{os.Getenv("ZD_ADDR")}, zerodrop.Options{
-		Handoff:   os.Getenv("ZD_SOCK"),
-		ReadyPath: "/ready",
-		Grace:     10 * time.Second,
-		OnServing: func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },
+		Handoff:       os.Getenv("ZD_SOCK"),
+		ReadyPath:     "/ready",
+		Grace:         10 * time.Second,
+		NoConnHandoff: os.Getenv("ZD_NO_CONN_HANDOFF") != "",
+		OnServing:     func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },
 	})
 	if err != nil {
 		fmt.Printf("error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 		os.Exit(1)
 	}
 	d := rep.Drains[0]
-	fmt.Printf("report %d %s %s %d %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method, d.Remainder+len(d.HTTP.Forced), d.HTTP.IdleClosed)
+	fmt.Printf("report %d %s %s %d %d %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method, d.Remainder+len(d.HTTP.Forced), d.HTTP.IdleClosed, d.HTTP.HandedOver)
 }
 
 // TestServeUpgrade runs a service built on Serve through an upgrade and a

@@ -23,6 +23,14 @@ type connInfo struct {
 	probed  bool      // its protocol was looked at
 	h2      bool      // HTTP/2 (ALPN h2, or h2c): never closed as idle
 	pending bool      // TLS, in StateNew when the listener stopped
+	// resumed: served by ServeConn, a keep-alive connection of another
+	// server (or handed back to us): idle, not new, while in StateNew.
+	resumed bool
+}
+
+// waiting: idle, waiting for its next request.
+func (ci *connInfo) waiting() bool {
+	return ci.state == http.StateIdle || (ci.state == http.StateNew && ci.resumed)
 }
 
 type connKey struct{}
@@ -56,10 +64,13 @@ func newTracker(hs *http.Server) *tracker {
 
 // connContext registers a new connection and puts its info in the context.
 func (t *tracker) connContext(ctx context.Context, c net.Conn) context.Context {
-	ci := &connInfo{remote: c.RemoteAddr().String(), since: time.Now(), state: http.StateNew}
-	ci.tls, _ = c.(*tls.Conn)
 	t.mu.Lock()
-	t.conns[c] = ci
+	ci := t.conns[c] // registered already by ServeConn
+	if ci == nil {
+		ci = &connInfo{remote: c.RemoteAddr().String(), since: time.Now(), state: http.StateNew}
+		ci.tls, _ = c.(*tls.Conn)
+		t.conns[c] = ci
+	}
 	t.mu.Unlock()
 	if t.userContext != nil {
 		ctx = t.userContext(ctx, c)
@@ -72,6 +83,9 @@ func (t *tracker) connContext(ctx context.Context, c net.Conn) context.Context {
 
 // connState follows a connection's state, then calls the user's hook.
 func (t *tracker) connState(c net.Conn, s http.ConnState) {
+	if dc, ok := c.(*detachConn); ok {
+		dc.state(s)
+	}
 	t.probeH2(c, s)
 	t.mu.Lock()
 	switch s {
@@ -181,7 +195,7 @@ func (t *tracker) closeSilent() int {
 	t.mu.Lock()
 	var silent []net.Conn
 	for c, ci := range t.conns {
-		if ci.state == http.StateNew {
+		if ci.state == http.StateNew && !ci.resumed {
 			silent = append(silent, c)
 		}
 	}
@@ -199,11 +213,11 @@ func (t *tracker) closeSilent() int {
 // Connection: close, after which net/http closes it. It returns when none is
 // left idle, at window, or when ctx ends, then closes those still idle and
 // returns how many it closed.
-func (t *tracker) settleIdle(ctx context.Context, window time.Duration) (closed int) {
+func (t *tracker) settleIdle(ctx context.Context, window time.Duration) (closed, closedTLS int) {
 	t.closing.Store(true)
 	tm := time.NewTimer(window)
 	defer tm.Stop()
-	for t.idle(false) > 0 {
+	for n, _ := t.idle(false); n > 0; n, _ = t.idle(false) {
 		select {
 		case <-ctx.Done():
 			return t.idle(true)
@@ -212,16 +226,20 @@ func (t *tracker) settleIdle(ctx context.Context, window time.Duration) (closed 
 		case <-t.changed:
 		}
 	}
-	return 0
+	return 0, 0
 }
 
-// idle counts the idle connections and, when doClose, closes them.
-func (t *tracker) idle(doClose bool) int {
+// idle counts the idle connections, and of those the TLS ones, and, when
+// doClose, closes them.
+func (t *tracker) idle(doClose bool) (n, tlsConns int) {
 	var idle []net.Conn
 	t.mu.Lock()
 	for c, ci := range t.conns {
-		if ci.state == http.StateIdle && !ci.h2 { // HTTP/2: told to go away, never closed bare
+		if ci.waiting() && !ci.h2 { // HTTP/2: told to go away, never closed bare
 			idle = append(idle, c)
+			if ci.tls != nil {
+				tlsConns++
+			}
 		}
 	}
 	t.mu.Unlock()
@@ -230,7 +248,7 @@ func (t *tracker) idle(doClose bool) int {
 			c.Close()
 		}
 	}
-	return len(idle)
+	return len(idle), tlsConns
 }
 
 // hijackedConns returns the hijacked connections that are still open.

@@ -43,21 +43,30 @@ import (
 // the taker. Every byte is thus either read by net/http, or in the unconsumed
 // bytes, or still in the socket's receive queue, and never two of these.
 //
+// A connection that has never given net/http a byte (StateNew: accepted,
+// or served by ServeConn with no unconsumed bytes, its first request still
+// to come) is taken the same way while its first Read waits: net/http's
+// buffer is empty before that Read returns, whatever its length.
+//
 // A change in net/http's order of calls makes the checks fail closed when a
 // Read has a shorter buffer or comes outside the peek phase (no take);
 // TestDetachExactlyOnce pins the sequence.
 type detachConn struct {
 	*net.TCPConn
 	mu        sync.Mutex
-	full      int  // the length of the first Read's buffer
-	idle      bool // between StateIdle and the end of the peek phase
-	deadlines int  // SetReadDeadline calls since StateIdle
-	gave      bool // bytes given to net/http in this peek phase
-	inRead    int  // the length of the buffer of the Read in progress, 0 if none
+	full      int    // the length of the first Read's buffer
+	idle      bool   // between StateIdle and the end of the peek phase
+	fresh     bool   // in StateNew
+	deadlines int    // SetReadDeadline calls since StateIdle
+	gave      bool   // bytes given to net/http in this peek phase
+	everGave  bool   // bytes ever given to net/http
+	prefix    []byte // bytes to give before the socket's (ServeConn's unread)
+	inRead    int    // the length of the buffer of the Read in progress, 0 if none
 	detaching bool
 	unread    []byte        // bytes read during the take
 	closed    chan struct{} // closed by net/http's Close once detaching
 	closeOnce sync.Once
+	wakeErr   error // beginDetach's, for finishDetach
 
 	beforeWake func() // tests: runs between the mark and the wake
 }
@@ -68,8 +77,10 @@ var errDetached = errors.New("connection handed over")
 // aLongTimeAgo wakes a blocked Read.
 var aLongTimeAgo = time.Unix(1, 0)
 
-func newDetachConn(c *net.TCPConn) *detachConn {
-	return &detachConn{TCPConn: c, closed: make(chan struct{})}
+// newDetachConn wraps c; net/http reads prefix first (the unconsumed bytes
+// of a connection served again), then the socket.
+func newDetachConn(c *net.TCPConn, prefix []byte) *detachConn {
+	return &detachConn{TCPConn: c, closed: make(chan struct{}), prefix: prefix}
 }
 
 // Read reads from the socket, unless the connection is being taken.
@@ -82,6 +93,14 @@ func (c *detachConn) Read(p []byte) (int, error) {
 	if c.full == 0 {
 		c.full = len(p)
 	}
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		c.gave = c.gave || c.idle
+		c.everGave = true
+		c.mu.Unlock()
+		return n, nil
+	}
 	c.inRead = len(p)
 	c.mu.Unlock()
 	n, err := c.TCPConn.Read(p)
@@ -92,8 +111,9 @@ func (c *detachConn) Read(p []byte) (int, error) {
 		c.unread = append(c.unread, p[:n]...)
 		return 0, errDetached
 	}
-	if n > 0 && c.idle {
-		c.gave = true
+	if n > 0 {
+		c.gave = c.gave || c.idle
+		c.everGave = true
 	}
 	return n, err
 }
@@ -143,14 +163,20 @@ func (c *detachConn) Close() error {
 func (c *detachConn) state(s http.ConnState) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.idle = s == http.StateIdle
+	c.idle, c.fresh = s == http.StateIdle, s == http.StateNew
 	c.deadlines, c.gave = 0, false
 }
 
 // takeable reports whether net/http waits for the next request with nothing
 // buffered. Called with c.mu held.
 func (c *detachConn) takeable() bool {
-	return !c.detaching && c.idle && c.deadlines == 1 && !c.gave && c.inRead > 0 && c.inRead == c.full
+	if c.detaching || c.inRead == 0 {
+		return false
+	}
+	if c.fresh {
+		return !c.everGave
+	}
+	return c.idle && c.deadlines == 1 && !c.gave && c.inRead == c.full
 }
 
 // detach takes the connection from net/http if it is waiting, with nothing
@@ -160,10 +186,21 @@ func (c *detachConn) takeable() bool {
 // before net/http let go (it always does, at once), the socket is closed
 // and ctx's error returned.
 func (c *detachConn) detach(ctx context.Context) (conn *net.TCPConn, unread []byte, ok bool, err error) {
+	if !c.beginDetach() {
+		return nil, nil, false, nil
+	}
+	conn, unread, err = c.finishDetach(ctx)
+	return conn, unread, err == nil, err
+}
+
+// beginDetach marks the connection taken and wakes net/http's Read, if the
+// connection is takeable; finishDetach must follow. Begun on many
+// connections first, their takes overlap.
+func (c *detachConn) beginDetach() bool {
 	c.mu.Lock()
 	if !c.takeable() {
 		c.mu.Unlock()
-		return nil, nil, false, nil
+		return false
 	}
 	c.detaching = true
 	c.mu.Unlock()
@@ -171,20 +208,29 @@ func (c *detachConn) detach(ctx context.Context) (conn *net.TCPConn, unread []by
 		c.beforeWake()
 	}
 	if err := c.TCPConn.SetReadDeadline(aLongTimeAgo); err != nil {
-		return nil, nil, false, c.fail(err)
+		c.wakeErr = err
+	}
+	return true
+}
+
+// finishDetach waits for net/http to let go of a connection beginDetach
+// marked, and returns the socket and the bytes read during the take.
+func (c *detachConn) finishDetach(ctx context.Context) (*net.TCPConn, []byte, error) {
+	if c.wakeErr != nil {
+		return nil, nil, c.fail(c.wakeErr)
 	}
 	select {
 	case <-c.closed:
 	case <-ctx.Done():
-		return nil, nil, false, c.fail(ctx.Err())
+		return nil, nil, c.fail(ctx.Err())
 	}
 	if err := c.TCPConn.SetReadDeadline(time.Time{}); err != nil {
-		return nil, nil, false, c.fail(err)
+		return nil, nil, c.fail(err)
 	}
 	c.mu.Lock()
-	unread = c.unread
+	unread := c.unread
 	c.mu.Unlock()
-	return c.TCPConn, unread, true, nil
+	return c.TCPConn, unread, nil
 }
 
 // fail closes the socket of a take that could not finish.
@@ -193,29 +239,8 @@ func (c *detachConn) fail(err error) error {
 	return &net.OpError{Op: "detach", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
-// replayConn is a taken connection served again: the unconsumed bytes
-// first, then the socket.
-type replayConn struct {
-	*net.TCPConn
-	mu     sync.Mutex
-	unread []byte
-}
-
-func (c *replayConn) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	if len(c.unread) > 0 {
-		n := copy(p, c.unread)
-		c.unread = c.unread[n:]
-		c.mu.Unlock()
-		return n, nil
-	}
-	c.mu.Unlock()
-	return c.TCPConn.Read(p)
-}
-
 var (
 	_ net.Conn = (*detachConn)(nil)
-	_ net.Conn = (*replayConn)(nil)
 )
 
 // detachListener wraps every connection it accepts in a detachConn.
@@ -224,7 +249,7 @@ type detachListener struct{ net.Listener }
 func (l detachListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if tc, ok := c.(*net.TCPConn); ok {
-		return newDetachConn(tc), nil
+		return newDetachConn(tc, nil), nil
 	}
 	return c, err
 }
@@ -251,12 +276,13 @@ func (l *connListener) Accept() (net.Conn, error) {
 	}
 }
 
-// serve hands c to Accept, or closes it once the listener is closed.
-func (l *connListener) serve(c net.Conn) {
+// serve hands c to Accept, or reports false once the listener is closed.
+func (l *connListener) serve(c net.Conn) bool {
 	select {
 	case l.conns <- c:
+		return true
 	case <-l.done:
-		c.Close()
+		return false
 	}
 }
 

@@ -91,7 +91,11 @@ func (p *pair) take(t *testing.T, dc *detachConn) {
 			t.Fatal(err)
 		}
 		if ok {
-			go p.b.serve(&replayConn{TCPConn: tc, unread: unread})
+			go func() {
+				if !p.b.serve(newDetachConn(tc, unread)) {
+					tc.Close()
+				}
+			}()
 			return
 		}
 	}

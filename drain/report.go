@@ -143,10 +143,14 @@ func (r *Report) log(log *zap.Logger) {
 	if len(r.Errors) > 0 {
 		fields = append(fields, zap.Strings("errors", r.Errors))
 	}
+	if h := r.HTTP; h != nil && h.HandOverError != "" {
+		fields = append(fields, zap.String("handover_error", h.HandOverError))
+	}
 	if h := r.HTTP; h != nil {
 		fields = append(fields, zap.Int("in_flight_at_start", h.InFlightAtStart), zap.Int("completed", h.Completed),
 			zap.Int("keepalive_responses", h.KeepAliveResponses), zap.Int("forced", len(h.Forced)),
-			zap.Int("idle_closed", h.IdleClosed),
+			zap.Int("idle_closed", h.IdleClosed), zap.Int("idle_closed_tls", h.IdleClosedTLS),
+			zap.Int("handed_over", h.HandedOver), zap.Int("handover_returned", h.HandOverReturned), zap.Int("received", h.Received),
 			zap.Int("hijacked_notified", h.HijackedNotified), zap.Duration("http_took", h.Took))
 	}
 	if r.Remainder > 0 || (r.HTTP != nil && len(r.HTTP.Forced) > 0) {

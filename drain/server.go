@@ -44,6 +44,25 @@ type Server struct {
 	// owner closes it before the deadline. It must not block. Connections
 	// still open at the deadline are closed and named in the report.
 	Hijacked func(net.Conn)
+	// HandOver, if set, is offered the plain HTTP/1.1 connections at
+	// Shutdown, to pass to a successor (for example with a
+	// handoff.Upgrader's PassConns; the successor serves them with
+	// ServeConn) instead of closing them: the client notices nothing. Once
+	// the listener has stopped, each connection is taken from net/http as
+	// soon as it waits for its next request (idle ones at once, busy ones
+	// after their response), with the bytes it had read but not consumed,
+	// and offered in batches. HandOver returns how many of conns it took
+	// (conns[:taken] are gone; the rest are served here again) and an error
+	// when it took fewer. Shutdown first calls HandOver(ctx, nil): an error
+	// then means nobody takes connections now, and the drain goes the usual
+	// way. TLS and HTTP/2 connections are never handed over (their state
+	// lives in crypto/tls and net/http). HandOver works with Serve, not
+	// ServeTLS.
+	HandOver func(ctx context.Context, conns []Detached) (taken int, err error)
+	// HandOverGrace bounds how long Shutdown waits for busy connections to
+	// finish their response so they can be handed over; those still busy
+	// then get the usual treatment (IdleGrace). Default 5 s.
+	HandOverGrace time.Duration
 	// Listener configures the Listener Serve wraps a plain listener in. Its
 	// Logger is ignored: the Server logs the whole report once.
 	Listener Options
@@ -64,6 +83,12 @@ type Server struct {
 	shut     chan struct{} // closed when the one Shutdown has ended
 	shutRep  *Report       // its report: callers get copies
 	shutErr  error
+
+	// ServeConn's (handover.go), under mu.
+	cl        *connListener
+	clServed  chan struct{} // closed when HTTP.Serve(cl) has returned
+	connsOver bool          // ServeConn refuses
+	received  int           // connections ServeConn gave net/http
 }
 
 // HTTPReport is what Server.Shutdown did to the HTTP connections.
@@ -79,13 +104,23 @@ type HTTPReport struct {
 	// IdleClosed is the keep-alive connections closed while idle, after
 	// IdleGrace: each is a request its client may have had in flight (sent
 	// as the close reached it), which it sees fail (EOF or reset).
-	IdleClosed     int           `json:"idle_closed"`
-	Forced         []ForcedConn  `json:"forced,omitempty"` // connections closed at the deadline
-	ForcedRequests int           `json:"forced_requests"`  // of those, inside a request
-	DelayTook      time.Duration `json:"delay_ns"`
-	StopTook       time.Duration `json:"stop_ns"` // the listener stop, until Accept took every drained connection
-	WaitTook       time.Duration `json:"wait_ns"` // serving the connections accepted before the stop
-	Took           time.Duration `json:"took_ns"` // the whole Shutdown
+	IdleClosed int `json:"idle_closed"`
+	// IdleClosedTLS is how many of IdleClosed were TLS connections, which
+	// cannot be handed over.
+	IdleClosedTLS int `json:"idle_closed_tls"`
+	// HandedOver is the connections HandOver took; HandOverReturned those
+	// it was offered and did not take (they were served here again);
+	// Received the connections ServeConn served in this Server's life.
+	HandedOver       int           `json:"handed_over"`
+	HandOverReturned int           `json:"handover_returned"`
+	Received         int           `json:"received"`
+	HandOverError    string        `json:"handover_error,omitempty"` // why handing over stopped early
+	Forced           []ForcedConn  `json:"forced,omitempty"`         // connections closed at the deadline
+	ForcedRequests   int           `json:"forced_requests"`          // of those, inside a request
+	DelayTook        time.Duration `json:"delay_ns"`
+	StopTook         time.Duration `json:"stop_ns"` // the listener stop, until Accept took every drained connection
+	WaitTook         time.Duration `json:"wait_ns"` // serving the connections accepted before the stop
+	Took             time.Duration `json:"took_ns"` // the whole Shutdown
 }
 
 // ForcedConn is a connection closed at the deadline.
@@ -117,7 +152,12 @@ func (s *Server) Serve(l net.Listener) error {
 	return s.serve(l, s.httpServe)
 }
 
-func (s *Server) httpServe(l net.Listener) error { return s.HTTP.Serve(l) }
+func (s *Server) httpServe(l net.Listener) error {
+	if s.HandOver != nil {
+		l = detachListener{l} // connections that can be taken at Shutdown
+	}
+	return s.HTTP.Serve(l)
+}
 
 // serve wraps l and runs serveFn on it: http.Server's Serve or ServeTLS.
 func (s *Server) serve(l net.Listener, serveFn func(net.Listener) error) error {
@@ -226,13 +266,28 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	errs := []error{s.delay(ctx)}
 	h.DelayTook = time.Since(start)
 
-	s.t.closing.Store(true) // responses begun from now on say Connection: close
+	handOver := s.HandOver != nil
+	if handOver {
+		if _, err := s.HandOver(ctx, nil); err != nil {
+			handOver = false // nobody takes them: a plain stop
+		}
+	}
+	if !handOver {
+		s.t.closing.Store(true) // responses begun from now on say Connection: close
+	}
 	t0 := time.Now()
 	r, err := s.stopListener(ctx)
 	errs = append(errs, err)
 	h.StopTook = time.Since(t0)
 	h.TLSPending, h.HTTP2 = s.t.markPending()
-	h.IdleClosed = s.t.settleIdle(ctx, orDefault(s.IdleGrace, time.Second))
+	if handOver {
+		var herr error
+		h.HandedOver, h.HandOverReturned, herr = s.handOver(ctx, orDefault(s.HandOverGrace, 5*time.Second))
+		if herr != nil {
+			h.HandOverError = herr.Error()
+		}
+	}
+	h.IdleClosed, h.IdleClosedTLS = s.t.settleIdle(ctx, orDefault(s.IdleGrace, time.Second))
 	s.HTTP.SetKeepAlivesEnabled(false) // closes what is idle still
 	for _, c := range s.t.hijackedConns() {
 		if s.Hijacked != nil {
@@ -244,6 +299,10 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	errs = append(errs, s.t.wait(ctx, orDefault(s.NewConnGrace, time.Second)))
 	h.SilentClosed = s.t.closeSilent()
 	h.WaitTook = time.Since(t0)
+	s.stopConns()
+	s.mu.Lock()
+	h.Received = s.received
+	s.mu.Unlock()
 	if err := s.HTTP.Shutdown(ctx); err != nil {
 		s.force(h)
 		errs = append(errs, err)

@@ -86,5 +86,5 @@ func (t *tracker) pendingServedCount() int {
 // connection past its preface that has not sent a stream yet: a GOAWAY now
 // would say last stream 0 and refuse the request it is about to send.
 func (ci *connInfo) fresh() bool {
-	return ci.state == http.StateNew || (ci.h2 && ci.served == 0 && ci.state == http.StateIdle)
+	return (ci.state == http.StateNew && !ci.resumed) || (ci.h2 && ci.served == 0 && ci.state == http.StateIdle)
 }

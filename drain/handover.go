@@ -1,0 +1,174 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Handing connections over to a successor instead of closing them.
+//
+// With Server.HandOver set, Serve wraps each connection it accepts so that
+// it can be taken from net/http while it waits for its next request (see
+// detachConn). At Shutdown, once the listener has stopped, every plain
+// HTTP/1.1 connection is handed over as soon as it waits so (at once when
+// idle, after its response when busy), until HandOverGrace; the successor
+// serves it with ServeConn. What is left after that gets the usual
+// treatment (IdleGrace, then closed).
+
+// Detached is a connection taken from net/http, for Server.HandOver.
+type Detached struct {
+	// Conn is the socket.
+	Conn *net.TCPConn
+	// Unread is what was read from it but not consumed: it precedes what
+	// the socket holds (pass it to ServeConn).
+	Unread []byte
+}
+
+// ServeConn serves c, a connection accepted elsewhere (typically a
+// predecessor's, passed with package handoff), as if Serve had accepted it:
+// net/http reads unread first, then the socket. It may be called before,
+// with or after Serve, from any goroutine; it returns once net/http has
+// the connection. After Shutdown has stopped taking connections it closes c
+// and returns http.ErrServerClosed. Connections served so are handed over
+// again at Shutdown, like those Serve accepts.
+func (s *Server) ServeConn(c *net.TCPConn, unread []byte) error {
+	if c == nil {
+		return &net.OpError{Op: "serve", Net: "tcp", Err: errors.New("nil connection")}
+	}
+	if s.HTTP == nil {
+		c.Close()
+		return &net.OpError{Op: "serve", Net: "tcp", Addr: c.LocalAddr(), Err: ErrNoHTTPServer}
+	}
+	s.install()
+	s.mu.Lock()
+	if s.connsOver {
+		s.mu.Unlock()
+		c.Close()
+		return http.ErrServerClosed
+	}
+	if s.cl == nil {
+		s.cl = newConnListener(c.LocalAddr())
+		s.clServed = make(chan struct{})
+		go func() {
+			defer close(s.clServed)
+			s.HTTP.Serve(s.cl)
+		}()
+	}
+	cl := s.cl
+	s.received++
+	s.mu.Unlock()
+	dc := newDetachConn(c, unread)
+	s.t.register(dc) // before net/http has it: a drain now waits for it
+	if !cl.serve(dc) {
+		s.t.forget(dc)
+		c.Close()
+		return http.ErrServerClosed
+	}
+	return nil
+}
+
+// stopConns makes ServeConn refuse from now on, and ends its serve loop.
+func (s *Server) stopConns() {
+	s.mu.Lock()
+	s.connsOver = true
+	cl, served := s.cl, s.clServed
+	s.mu.Unlock()
+	if cl != nil {
+		cl.Close()
+		<-served
+	}
+}
+
+// handOver hands the plain HTTP/1.1 connections over, each as soon as
+// net/http waits for its next request, until none is left, grace ends, or
+// HandOver fails (it returns that error). A connection detached but not
+// taken is served here again (returned).
+func (s *Server) handOver(ctx context.Context, grace time.Duration) (taken, returned int, err error) {
+	tm := time.NewTimer(grace)
+	defer tm.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		cands, left := s.t.detachable()
+		var begun []*detachConn
+		for _, dc := range cands {
+			if dc.beginDetach() {
+				begun = append(begun, dc)
+			}
+		}
+		batch := make([]Detached, 0, len(begun))
+		for _, dc := range begun {
+			c, unread, ferr := dc.finishDetach(ctx)
+			if ferr != nil { // ctx ended while net/http let go: closed
+				err = ferr
+				continue
+			}
+			batch = append(batch, Detached{Conn: c, Unread: unread})
+		}
+		if len(batch) > 0 {
+			n, herr := s.HandOver(ctx, batch)
+			n = min(max(n, 0), len(batch))
+			taken += n
+			for _, d := range batch[n:] {
+				if s.ServeConn(d.Conn, d.Unread) == nil {
+					returned++
+				}
+			}
+			if herr == nil && n < len(batch) {
+				herr = errors.New("HandOver took fewer connections than it was given")
+			}
+			if herr != nil {
+				return taken, returned, herr
+			}
+		}
+		if err != nil || left == 0 {
+			return taken, returned, err
+		}
+		select {
+		case <-ctx.Done():
+			return taken, returned, ctx.Err()
+		case <-tm.C:
+			return taken, returned, nil
+		case <-tick.C:
+		}
+	}
+}
+
+// detachable returns the connections that may be taken now (plain HTTP/1,
+// new or idle), and how many plain HTTP/1 connections are left to hand
+// over in all (those, and those in a request).
+func (t *tracker) detachable() (now []*detachConn, left int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for c, ci := range t.conns {
+		dc, ok := c.(*detachConn)
+		if !ok || ci.h2 {
+			continue
+		}
+		switch ci.state {
+		case http.StateNew, http.StateIdle:
+			now = append(now, dc)
+			left++
+		case http.StateActive:
+			left++
+		}
+	}
+	return now, left
+}
+
+// register adds a connection before net/http has it (ServeConn).
+func (t *tracker) register(c net.Conn) {
+	t.mu.Lock()
+	t.conns[c] = &connInfo{remote: c.RemoteAddr().String(), since: time.Now(), state: http.StateNew, resumed: true}
+	t.mu.Unlock()
+}
+
+// forget removes a connection net/http never got.
+func (t *tracker) forget(c net.Conn) {
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
+}
