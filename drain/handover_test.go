@@ -290,7 +290,6 @@ func TestHandOverSkipsTLS(t *testing.T) {
 	})
 }
 
-
 // ServeConn refuses a nil connection, and once Shutdown has stopped taking
 // connections it closes the one it is given and says http.ErrServerClosed.
 func TestServeConnAfterShutdown(t *testing.T) {
