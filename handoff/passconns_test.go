@@ -333,3 +333,104 @@ func TestNegotiateVersion(t *testing.T) {
 		}
 	})
 }
+
+// A predecessor that passes a connection which is not what it declares (its
+// peer address is another) has the whole batch refused: the successor
+// answers a validation error instead of an ack, closes every fd of the
+// batch (its fd count is back), and its handler sees none of them.
+func TestConnsRefused(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		ctx := context.Background()
+		l, err := reuseport.Listen(ctx, "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		var conns []*net.TCPConn
+		for range 2 {
+			client, err := net.Dial("tcp4", l.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			s, err := l.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			conns = append(conns, s.(*net.TCPConn))
+		}
+		path := handoffPath(t)
+		before := netnstest.FDCount(t)
+		answer := make(chan *frame, 1)
+		done := servePredecessor(t, path, 1, func(c *conn, hello *frame) bool {
+			if hello.MaxVersion != Version {
+				t.Errorf("hello %+v without max_version %d", hello, Version)
+			}
+			offer := &frame{Type: typeOffer, OptionSets: map[string]map[string]string{l.Digest().String(): l.Digest().Map()},
+				Sockets: []socketInfo{{Name: "http", Kind: kindTCP, Network: "tcp4", Address: l.Addr().String(), Digest: l.Digest().String()}}}
+			fd := mustDup(t, l)
+			defer closeFDs([]int{fd})
+			h := &frame{Type: typeHello, Version: 2, Role: rolePredecessor, PID: os.Getpid(), Generation: 4}
+			for _, f := range []*frame{h, offer} {
+				c.send(f, nil)
+			}
+			c.send(&frame{Type: typeFDs, Count: 1}, []int{fd})
+			if a, _, err := c.recv(0); err != nil || a.Type != typeAck {
+				t.Errorf("ack: %+v %v", a, err)
+				return false
+			}
+			r, _, err := c.recv(0)
+			if err != nil || r.Type != typeReady || len(r.Takes) != 1 || r.Takes[0] != "http" {
+				t.Errorf("ready: %+v %v; want one that takes http", r, err)
+				return false
+			}
+			c.send(&frame{Type: typeDone, Generation: r.Generation}, nil)
+			batch := &frame{Type: typeConns, Count: 2}
+			var fds []int
+			for i, tc := range conns {
+				peer := tc.RemoteAddr().String()
+				if i == 1 {
+					peer = "127.0.0.1:1" // not its peer
+				}
+				batch.Conns = append(batch.Conns, connDecl{socketInfo: socketInfo{Name: "http", Kind: kindTCPConn, Network: "tcp4", Address: tc.LocalAddr().String()}, Peer: peer})
+				fds = append(fds, mustDup(t, tc))
+			}
+			c.send(batch, fds)
+			closeFDs(fds)
+			f, _, err := c.recv(0)
+			if err != nil {
+				t.Errorf("answer to the bad batch: %v", err)
+			}
+			answer <- f
+			return false
+		})
+		u, err := New(ctx, Config{Path: path, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handled := 0
+		if err := u.HandleConns("http", func(pc PassedConn) { handled++; pc.Conn.Close() }); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := u.Listen(ctx, "http", "tcp4", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := u.Ready(); err != nil {
+			t.Fatal(err)
+		}
+		f := <-answer
+		<-done
+		if f == nil || f.Type != typeError || f.Code != codeValidation || !strings.Contains(f.Message, "getpeername") {
+			t.Errorf("answer to a batch with a wrong peer: %+v, want a validation error naming getpeername", f)
+		}
+		ln.Close()
+		u.Close()
+		if handled != 0 {
+			t.Errorf("the handler got %d connections of a refused batch", handled)
+		}
+		settleFDs(t, before)
+	})
+}

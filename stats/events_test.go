@@ -71,8 +71,10 @@ func readEvents(t *testing.T) map[string]documented {
 // (drain.unsure needs a process whose fds we cannot read; handoff.accept_error
 // an accept that fails, as in handoff's TestAcceptErrorRetried; handoff.no_answer
 // and handoff.redial a silent or hanging-up predecessor, as in handoff's
-// TestPredecessorNoAnswer and TestRacingSuccessors).
-var notTriggered = []string{"drain.unsure", "handoff.accept_error", "handoff.fallback", "handoff.no_answer", "handoff.redial", "handoff.listen.mismatch", "handoff.listen.options", "handoff.listen.systemd"}
+// TestPredecessorNoAnswer and TestRacingSuccessors; handoff.conns_refused a
+// predecessor passing a connection that is not what it declares, as in
+// handoff's TestConnsRefused).
+var notTriggered = []string{"handoff.conns_refused", "drain.unsure", "handoff.accept_error", "handoff.fallback", "handoff.no_answer", "handoff.redial", "handoff.listen.mismatch", "handoff.listen.options", "handoff.listen.systemd"}
 
 // Every step of a drain (listener and HTTP server) and of a handoff (both
 // sides, with an unclaimed socket and a refused peer) logs an event of the
@@ -186,6 +188,10 @@ func runHandoff(t *testing.T, log *zap.Logger) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	got := make(chan struct{}, 1)
+	if err := u2.HandleConns("http", func(pc handoff.PassedConn) { pc.Conn.Close(); got <- struct{}{} }); err != nil {
+		t.Fatal(err)
+	}
 	if err := u2.Ready(); err != nil {
 		t.Fatal(err)
 	}
@@ -194,6 +200,23 @@ func runHandoff(t *testing.T, log *zap.Logger) {
 	case <-ctx.Done():
 		t.Fatal("first generation not told to exit")
 	}
+	// One connection passed: handoff.conns_passed, conns_received, and
+	// conns_end once the first generation is closed.
+	client, err := net.Dial("tcp4", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := u1.PassConns(ctx, []handoff.PassedConn{{Listener: "http", Conn: c.(*net.TCPConn)}}); n != 1 || err != nil {
+		t.Fatalf("PassConns: %d, %v", n, err)
+	}
+	<-got
+	u1.Close()
+	u2.Close() // waits for the end of the connections' conversation
 }
 
 // runDrains stops a drain.Listener and shuts a drain.Server down.

@@ -45,6 +45,15 @@ type DrainStats struct {
 	// IdleClosed counts keep-alive connections closed idle after
 	// drain.Server.IdleGrace (drain.HTTPReport.IdleClosed).
 	IdleClosed uint64 `json:"idle_closed"`
+	// IdleClosedTLS counts those of IdleClosed that were TLS connections,
+	// which cannot be handed over.
+	IdleClosedTLS uint64 `json:"idle_closed_tls"`
+	// HandedOver counts keep-alive connections passed to a successor
+	// (drain.HTTPReport.HandedOver), HandOverReturned those offered that it
+	// did not take, Received those served from a predecessor.
+	HandedOver       uint64 `json:"handed_over"`
+	HandOverReturned uint64 `json:"handover_returned"`
+	Received         uint64 `json:"received"`
 	// Duration is the distribution of the reports' Took (the listener stop;
 	// for drain.Server, the whole Shutdown).
 	Duration Histogram `json:"duration"`
@@ -63,6 +72,10 @@ func (d *DrainStats) add(r *drain.Report) {
 	if r.HTTP != nil {
 		d.Forced += uint64(len(r.HTTP.Forced))
 		d.IdleClosed += nonNeg(r.HTTP.IdleClosed)
+		d.IdleClosedTLS += nonNeg(r.HTTP.IdleClosedTLS)
+		d.HandedOver += nonNeg(r.HTTP.HandedOver)
+		d.HandOverReturned += nonNeg(r.HTTP.HandOverReturned)
+		d.Received += nonNeg(r.HTTP.Received)
 		took = max(took, r.HTTP.Took)
 	}
 	if r.Remainder > 0 || r.HTTP != nil && len(r.HTTP.Forced) > 0 {

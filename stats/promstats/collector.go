@@ -115,6 +115,11 @@ func (c *Collector) drainMetrics(d *stats.DrainStats) []prometheus.Metric {
 		counter(descConns, float64(d.LeftQueued), l, m, "left"),
 		counter(descConns, float64(d.Remainder), l, m, "remainder"),
 		counter(descForced, float64(d.Forced), l, m),
+		counter(descKeepAlive, float64(d.HandedOver), l, m, "handed_over"),
+		counter(descKeepAlive, float64(d.HandOverReturned), l, m, "returned"),
+		counter(descKeepAlive, float64(d.Received), l, m, "received"),
+		counter(descKeepAlive, float64(d.IdleClosed), l, m, "idle_closed"),
+		counter(descKeepAlive, float64(d.IdleClosedTLS), l, m, "idle_closed_tls"),
 		histogram(descDrainDuration, d.Duration, l, m),
 	}
 	c.drains[k] = cached{d.Drains, ms}
