@@ -128,6 +128,30 @@
 // is left is closed and named in
 // the report.
 //
+// # Keep-alive connections handed over
+//
+// Closing an idle keep-alive connection races its client: a request sent as
+// the close arrives fails, and a POST cannot be retried safely. IdleGrace
+// narrows that window; only handing the connection to the process that
+// serves next closes it. With Server.HandOver set (zerodrop.Serve sets it at
+// a handoff, passing the connections with handoff.Upgrader.PassConns), Serve
+// wraps every accepted connection so that it can be taken from net/http,
+// and Shutdown, once the listener has stopped, takes each plain HTTP/1.1
+// connection as soon as net/http waits for its next request: a connection
+// that has sent nothing yet, an idle one at once, a busy one after its
+// response (Connection: close is not set while handing over), until
+// HandOverGrace. net/http is taken only where its buffer is provably empty
+// (see detach.go: the Read it makes between two requests, with nothing
+// buffered); bytes that arrive during the take travel with the connection
+// (Detached.Unread), so a request that arrives meanwhile is served exactly
+// once, by one of the two processes. The successor serves the connection
+// with ServeConn, as if accepted, and can hand it over again. TLS and HTTP/2
+// connections are never handed over (their state lives in crypto/tls and
+// net/http); they get IdleGrace as before, counted in
+// HTTPReport.IdleClosedTLS when closed idle. A passed connection waits for
+// its next request in the successor as net/http waits for a new
+// connection's first one: at most ReadHeaderTimeout, not IdleTimeout.
+//
 // # TLS and HTTP/2
 //
 // ServeTLS serves HTTPS like http.Server.ServeTLS (HTTP.TLSConfig honoured,
