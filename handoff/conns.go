@@ -7,8 +7,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
@@ -49,38 +52,74 @@ func (d *connDecl) check() error {
 	return d.socketInfo.check()
 }
 
-// validateConn checks a received fd against its declaration: a socket of the
-// declared family, a TCP stream that is not listening, established (or in
-// CLOSE_WAIT: the client closed during the transfer; what it sent is still
-// to be read), bound to the declared local address and connected to the
-// declared peer. Each failure is a *ValidationError.
+// validateConn checks a received fd against its declaration: a socket, of
+// TCP (TCP_INFO answers only for TCP), established (or in CLOSE_WAIT: the
+// client closed during the transfer; what it sent is still to be read), of
+// the declared family, bound to the declared local address and connected
+// to the declared peer. Each failure is a *ValidationError. It costs five
+// syscalls, not the forty of a listener's full read (reuseport.ReadFD): a
+// handoff may pass tens of thousands of connections.
 func validateConn(fd int, d *connDecl) error {
-	if _, err := validateKind(fd, &d.socketInfo); err != nil {
-		return err
-	}
 	bad := func(check, want, got string, err error) error {
 		return &ValidationError{Name: d.Name, Check: check, Want: want, Got: got, Err: err}
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return bad("fstat", "socket", "?", os.NewSyscallError("fstat", err))
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return bad("S_IFSOCK", "socket", "file mode "+strconv.FormatUint(uint64(st.Mode&unix.S_IFMT), 8), nil)
+	}
 	ti, err := linux.TCPInfo(fd)
 	if err != nil {
-		return bad("TCP_INFO", "established", "?", err)
+		return bad("TCP_INFO", "a TCP connection", "?", err)
 	}
 	if ti.State != unix.BPF_TCP_ESTABLISHED && ti.State != unix.BPF_TCP_CLOSE_WAIT {
 		return bad("TCP_INFO", "established", "state "+strconv.Itoa(int(ti.State)), nil)
 	}
-	for _, c := range []struct {
-		check, want string
-		get         func(int) (string, error)
-	}{{"getsockname", d.Address, linux.Sockname}, {"getpeername", d.Peer, linux.Peername}} {
-		got, err := c.get(fd)
-		if err != nil {
-			return bad(c.check, c.want, "?", err)
-		}
-		if !exactAddr(c.want, got) {
-			return bad(c.check, c.want, got, nil)
-		}
+	local, err := linux.Sockname(fd)
+	if err != nil {
+		return bad("getsockname", d.Address, "?", err)
+	}
+	if got := connNetwork(local); d.Network != "tcp" && d.Network != got {
+		return bad("family", d.Network, got, nil)
+	}
+	if !exactAddr(d.Address, local) {
+		return bad("getsockname", d.Address, local, nil)
+	}
+	peer, err := linux.Peername(fd)
+	if err != nil {
+		return bad("getpeername", d.Peer, "?", err)
+	}
+	if !exactAddr(d.Peer, peer) {
+		return bad("getpeername", d.Peer, peer, nil)
 	}
 	return nil
+}
+
+// declareConn declares the connected socket fd as the listener name's,
+// with state: its family and addresses as the kernel has them (an IPv4
+// client of a dual-stack listener is an AF_INET6 socket with a mapped
+// address, declared tcp6).
+func declareConn(fd int, name string, state []byte) (connDecl, error) {
+	local, err := linux.Sockname(fd)
+	if err != nil {
+		return connDecl{}, err
+	}
+	peer, err := linux.Peername(fd)
+	if err != nil {
+		return connDecl{}, err
+	}
+	return connDecl{socketInfo: socketInfo{Name: name, Kind: kindTCPConn, Network: connNetwork(local), Address: local}, Peer: peer, State: state}, nil
+}
+
+// connNetwork is "tcp6" for an address linux.Sockname formatted from an
+// AF_INET6 socket ("[ip]:port"), else "tcp4".
+func connNetwork(addr string) string {
+	if strings.HasPrefix(addr, "[") {
+		return "tcp6"
+	}
+	return "tcp4"
 }
 
 // exactAddr compares two literal addresses, ports included: a connection's
@@ -226,9 +265,8 @@ func (u *Upgrader) passBatch(c *conn, batch []PassedConn) error {
 			return fmt.Errorf("%w: connection %s: %w", ErrNotTaken, pc.Conn.RemoteAddr(), err)
 		}
 		fds = append(fds, fd)
-		f.Conns[i] = connDecl{
-			socketInfo: socketInfo{Name: pc.Listener, Kind: kindTCPConn, Network: tcpNetwork(pc.Conn.LocalAddr()), Address: pc.Conn.LocalAddr().String()},
-			Peer:       pc.Conn.RemoteAddr().String(), State: pc.State,
+		if f.Conns[i], err = declareConn(fd, pc.Listener, pc.State); err != nil {
+			return fmt.Errorf("%w: connection %s: %w", ErrNotTaken, pc.Conn.RemoteAddr(), err)
 		}
 	}
 	if err := c.send(f, fds); err != nil {
@@ -267,14 +305,6 @@ func (c *conn) lastWord(timeout error) (*frame, error) {
 		return nil, timeout
 	}
 	return a, nil
-}
-
-// tcpNetwork is "tcp4" or "tcp6" for a connection's local address.
-func tcpNetwork(a net.Addr) string {
-	if ta, ok := a.(*net.TCPAddr); ok && ta.IP.To4() == nil {
-		return "tcp6"
-	}
-	return "tcp4"
 }
 
 // Test hooks: testHookConnsSent runs after each conns batch is sent,
@@ -360,39 +390,58 @@ func (u *Upgrader) receiveConns(c *conn, handlers map[string]func(PassedConn)) {
 }
 
 // adoptConns validates every fd of a batch against its declaration and
-// makes a connection of each. On error it closes every fd and connection
-// of the batch.
-func adoptConns(decls []connDecl, fds []int, handlers map[string]func(PassedConn)) (_ []PassedConn, err error) {
-	out := make([]PassedConn, 0, len(fds))
-	defer func() {
-		if err != nil {
-			closeFDs(fds)
-			for _, pc := range out {
-				pc.Conn.Close()
+// makes a connection of each, on up to GOMAXPROCS goroutines (each costs
+// some ten syscalls). On error it closes every fd and connection of the
+// batch and returns the first error in batch order.
+func adoptConns(decls []connDecl, fds []int, handlers map[string]func(PassedConn)) ([]PassedConn, error) {
+	out := make([]PassedConn, len(fds))
+	errs := make([]error, len(fds))
+	workers := min(runtime.GOMAXPROCS(0), len(fds))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(fds); i += workers {
+				out[i], errs[i] = adoptConn(&decls[i], fds[i], handlers)
 			}
-		}
-	}()
-	for i, fd := range fds {
-		d := &decls[i]
-		if handlers[d.Name] == nil {
-			return nil, &ValidationError{Name: d.Name, Check: "listener", Want: "a listener whose connections we take", Got: d.Name}
-		}
-		if err := validateConn(fd, d); err != nil {
-			return nil, err
-		}
-		f := os.NewFile(uintptr(fd), d.Name)
-		nc, err := net.FileConn(f) // a dup
-		f.Close()
-		fds[i] = -1
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
+			for _, pc := range out {
+				if pc.Conn != nil {
+					pc.Conn.Close()
+				}
+			}
 			return nil, err
 		}
-		tc, ok := nc.(*net.TCPConn)
-		if !ok {
-			nc.Close()
-			return nil, &ValidationError{Name: d.Name, Check: "net.FileConn", Want: "*net.TCPConn", Got: fmt.Sprintf("%T", nc)}
-		}
-		out = append(out, PassedConn{Listener: d.Name, Conn: tc, State: d.State})
 	}
 	return out, nil
+}
+
+// adoptConn validates fd and makes a connection of it. It always closes
+// fd (net.FileConn makes a dup).
+func adoptConn(d *connDecl, fd int, handlers map[string]func(PassedConn)) (PassedConn, error) {
+	err := validateConn(fd, d)
+	if err == nil && handlers[d.Name] == nil {
+		err = &ValidationError{Name: d.Name, Check: "listener", Want: "a listener whose connections we take", Got: d.Name}
+	}
+	if err != nil {
+		closeFDs([]int{fd})
+		return PassedConn{}, err
+	}
+	f := os.NewFile(uintptr(fd), d.Name)
+	nc, err := net.FileConn(f) // a dup
+	f.Close()
+	if err != nil {
+		return PassedConn{}, err
+	}
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		nc.Close()
+		return PassedConn{}, &ValidationError{Name: d.Name, Check: "net.FileConn", Want: "*net.TCPConn", Got: fmt.Sprintf("%T", nc)}
+	}
+	return PassedConn{Listener: d.Name, Conn: tc, State: d.State}, nil
 }

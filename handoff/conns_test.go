@@ -53,9 +53,9 @@ func TestValidateConn(t *testing.T) {
 			fd          func(func(int) error) error
 			d           *connDecl
 		}{
-			{"a listener", "SO_ACCEPTCONN", func(f func(int) error) error { return linux.Control(ln.(*net.TCPListener), f) }, decl("tcp4", ln.Addr().String(), peer)},
-			{"a UDP socket", "SO_TYPE", func(f func(int) error) error { return linux.Control(pc.(*net.UDPConn), f) }, decl("tcp4", pc.LocalAddr().String(), peer)},
-			{"another family", "SO_DOMAIN", nil, decl("tcp6", local, peer)},
+			{"a listener", "TCP_INFO", func(f func(int) error) error { return linux.Control(ln.(*net.TCPListener), f) }, decl("tcp4", ln.Addr().String(), peer)},
+			{"a UDP socket", "TCP_INFO", func(f func(int) error) error { return linux.Control(pc.(*net.UDPConn), f) }, decl("tcp4", pc.LocalAddr().String(), peer)},
+			{"another family", "family", nil, decl("tcp6", local, peer)},
 			{"another peer", "getpeername", nil, decl("tcp4", local, "127.0.0.1:1")},
 			{"another local address", "getsockname", nil, decl("tcp4", "127.0.0.2:"+portOf(local), peer)},
 			{"a wildcard peer port", "getpeername", nil, decl("tcp4", local, "127.0.0.1:0")},

@@ -23,6 +23,7 @@ func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("app", appMain)
 	netnstest.RegisterHelper("rawpeer", rawpeerMain)
 	netnstest.RegisterHelper("squatter", squatterMain)
+	netnstest.RegisterHelper("dialer", dialerMain)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }

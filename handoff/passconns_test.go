@@ -434,3 +434,77 @@ func TestConnsRefused(t *testing.T) {
 		settleFDs(t, before)
 	})
 }
+
+// A dual-stack listener (":0": an AF_INET6 socket) accepts IPv4 clients as
+// AF_INET6 sockets with mapped addresses: they pass as tcp6, with the
+// kernel's addresses, and one IPv6 client beside them. (Declared from Go's
+// LocalAddr, "127.0.0.1", as tcp4, the successor refused them: family.)
+func TestPassConnsDualStack(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		ctx := context.Background()
+		path := handoffPath(t)
+		cfg := Config{Path: path, Listen: reuseport.Config{Migration: reuseport.MigrationIgnore}}
+		u1, err := New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u1.Close()
+		ln, err := u1.Listen(ctx, "http", "tcp", ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		if err := u1.Ready(); err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		var conns []PassedConn
+		var clients []net.Conn
+		for _, host := range []string{"127.0.0.1", "127.0.0.1", "::1"} {
+			c, err := net.Dial("tcp", net.JoinHostPort(host, port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			s, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			clients = append(clients, c)
+			conns = append(conns, PassedConn{Listener: "http", Conn: s.(*net.TCPConn)})
+		}
+		u2, err := New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u2.Close()
+		got := make(chan PassedConn, len(conns))
+		if err := u2.HandleConns("http", func(pc PassedConn) { got <- pc }); err != nil {
+			t.Fatal(err)
+		}
+		ln2, err := u2.Listen(ctx, "http", "tcp", ":"+port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln2.Close()
+		if err := u2.Ready(); err != nil {
+			t.Fatal(err)
+		}
+		<-u1.Exit()
+		if n, err := u1.PassConns(ctx, conns); n != len(conns) || err != nil {
+			t.Fatalf("PassConns of a dual-stack listener's connections: %d, %v", n, err)
+		}
+		for i := range conns {
+			pc := <-got
+			fmt.Fprintf(pc.Conn, "hello %d\n", i)
+			pc.Conn.Close()
+		}
+		for i, c := range clients {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.HasPrefix(line, "hello ") {
+				t.Errorf("client %d: %q, %v", i, line, err)
+			}
+		}
+	})
+}
