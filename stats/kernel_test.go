@@ -110,3 +110,35 @@ func BenchmarkReadKernel(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReadGroup reads a group of 4 members, in a fresh network
+// namespace with 16 other listeners, as a Prometheus scrape does.
+func BenchmarkReadGroup(b *testing.B) {
+	if !netnstest.BenchInNamespace(b, "ZERODROP_STATS_BENCH_NETNS") {
+		return
+	}
+	ctx := context.Background()
+	addr := "127.0.0.1:0"
+	for range 4 {
+		cfg := reuseport.Config{Migration: reuseport.MigrationIgnore}
+		l, err := cfg.Listen(ctx, "tcp4", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		addr = l.Addr().String()
+	}
+	for range 16 {
+		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if g, err := ReadGroup(ctx, addr); err != nil || g.Members != 4 {
+			b.Fatalf("%+v, %v", g, err)
+		}
+	}
+}
