@@ -66,7 +66,7 @@ func TestReadGroupErrors(t *testing.T) {
 		}
 	}
 	_, err := ReadGroup(context.Background(), "127.0.0.1:0")
-	if err == nil || !errors.Is(err, errPortZero) || err.Error() != "inspect tcp 127.0.0.1:0: port 0 names no group" {
+	if err == nil || !errors.Is(err, reuseport.ErrPortZero) || err.Error() != "inspect tcp 127.0.0.1:0: port 0 names no group" {
 		t.Errorf("port 0: %v", err)
 	}
 }

@@ -18,8 +18,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Group is a handle on the pinned program and maps of one reuseport group. It
-// owns its fds (not the pins); Close releases them. Every method that changes
+// Group is a handle on the pinned program and maps of one reuseport group:
+// what steering adds to the group the kernel shows (reuseport.Group, from
+// reuseport.Inspect, describes its listeners). It owns its fds (not the pins); Close releases them. Every method that changes
 // the slot table takes the group's lock (flock on its pin directory), so
 // processes sharing the group never overwrite each other's changes.
 type Group struct {
