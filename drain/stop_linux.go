@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/internal/shared"
 	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"github.com/zerodrop/zerodrop/reuseport"
@@ -140,9 +141,7 @@ func acceptWhy(r *Report) string {
 	}
 }
 
-func (l *Listener) opError(err error) error {
-	return &net.OpError{Op: "drain", Net: "tcp", Addr: l.tl.Addr(), Err: err}
-}
+func (l *Listener) opError(err error) error { return neterr.Op("drain", "tcp", l.tl.Addr(), err) }
 
 // identity is what identify reads of our socket; ino is 0 when fstat failed.
 type identity struct {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/internal/sockdiag"
 )
 
@@ -117,11 +118,11 @@ func InspectPort(ctx context.Context, port uint16) ([]*Group, error) {
 	var ns uint64
 	gs, err := inspect(ctx, port, func(a netip.AddrPort) (netip.AddrPort, bool) { return a, true }, true, &ns)
 	if err != nil {
-		oe := &net.OpError{Op: "inspect", Net: "tcp", Err: err}
+		var addr net.Addr
 		if port != 0 {
-			oe.Addr = &net.TCPAddr{Port: int(port)}
+			addr = &net.TCPAddr{Port: int(port)}
 		}
-		return nil, oe
+		return nil, neterr.Op("inspect", "tcp", addr, err)
 	}
 	return gs, nil
 }
@@ -131,11 +132,11 @@ func InspectPort(ctx context.Context, port uint16) ([]*Group, error) {
 func inspectAddr(ctx context.Context, address string, full bool) (*Group, error) {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
-		return nil, &net.OpError{Op: "inspect", Net: "tcp", Err: err}
+		return nil, neterr.Op("inspect", "tcp", nil, err)
 	}
 	g, err := inspectOne(ctx, ap, func(a netip.AddrPort) bool { return a.Addr().Unmap() == ap.Addr().Unmap() }, full)
 	if err != nil {
-		return nil, &net.OpError{Op: "inspect", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ap), Err: err}
+		return nil, neterr.Op("inspect", "tcp", net.TCPAddrFromAddrPort(ap), err)
 	}
 	return g, nil
 }

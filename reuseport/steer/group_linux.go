@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -57,11 +58,11 @@ func (g *Group) Close() error {
 func (c *Config) Open(ctx context.Context, address string) (*Group, error) {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
-		return nil, opError("open", address, err)
+		return nil, neterr.OpText("steer open", "tcp", address, err)
 	}
 	dir, err := c.groupDir(ap)
 	if err != nil {
-		return nil, opError("open", ap.String(), err)
+		return nil, neterr.OpText("steer open", "tcp", ap.String(), err)
 	}
 	var g *Group
 	err = withLock(ctx, dir, false, func() error {
@@ -76,7 +77,7 @@ func (c *Config) Open(ctx context.Context, address string) (*Group, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, opError("open", ap.String(), err)
+		return nil, neterr.OpText("steer open", "tcp", ap.String(), err)
 	}
 	return g, nil
 }
@@ -188,15 +189,6 @@ func permission(err error) error {
 	return err
 }
 
-func opError(op, addr string, err error) error {
-	return &net.OpError{Op: "steer " + op, Net: "tcp", Addr: stringAddr(addr), Err: err}
-}
-
-type stringAddr string
-
-func (a stringAddr) Network() string { return "tcp" }
-func (a stringAddr) String() string  { return string(a) }
-
 // readSlot reads slot i (no lock needed: one map look-up is atomic).
 func (g *Group) readSlot(i int) (slotValue, error) {
 	var v slotValue
@@ -207,10 +199,10 @@ func (g *Group) readSlot(i int) (slotValue, error) {
 // update changes slot i under the lock: f edits the value.
 func (g *Group) update(op string, i int, f func(*slotValue) error) error {
 	if g.obj == nil {
-		return opError(op, g.addr.String(), net.ErrClosed)
+		return neterr.OpText("steer "+op, "tcp", g.addr.String(), net.ErrClosed)
 	}
 	if i < 0 || i >= g.n {
-		return opError(op, g.addr.String(), fmt.Errorf("%w: slot %d of %d", ErrBadSlot, i, g.n))
+		return neterr.OpText("steer "+op, "tcp", g.addr.String(), fmt.Errorf("%w: slot %d of %d", ErrBadSlot, i, g.n))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
 	defer cancel()
@@ -228,7 +220,7 @@ func (g *Group) update(op string, i int, f func(*slotValue) error) error {
 		return g.obj.slots.Update(uint32(i), v, ebpf.UpdateExist)
 	})
 	if err != nil {
-		return opError(op, g.addr.String(), err)
+		return neterr.OpText("steer "+op, "tcp", g.addr.String(), err)
 	}
 	return nil
 }
