@@ -176,7 +176,7 @@ func serveUpgrade(t *testing.T, ts *tlsSetup) {
 			t.Errorf("generation 1 exited with %v", ws)
 		}
 		l.waitFor(t, pid2, 200)
-		failed, firstErr, answered := l.stop()
+		failed, answered, firstErr := l.stop()
 		if curl != nil {
 			curl.check(t)
 		}
@@ -314,12 +314,12 @@ func waitAnswered(t *testing.T, pid, n int, answered func() int) {
 	t.Fatalf("pid %d never answered %d requests", pid, n)
 }
 
-func (l *load) stop() (int, error, map[int]int) {
+func (l *load) stop() (int, map[int]int, error) {
 	l.stopped.Store(true)
 	l.wg.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.failed, l.firstErr, l.answered
+	return l.failed, l.answered, l.firstErr
 }
 
 // TestServeBadInput: each mistake is a typed error, and nothing is left open.

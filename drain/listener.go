@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -123,7 +124,7 @@ func Wrap(l net.Listener, opts Options) (*Listener, error) {
 const sharedByOption = "Options.Shared"
 
 func wrapError(l net.Listener, err error) error {
-	return &net.OpError{Op: "wrap", Net: l.Addr().Network(), Addr: l.Addr(), Err: err}
+	return neterr.Op("wrap", l.Addr().Network(), l.Addr(), err)
 }
 
 // nilListener reports whether l is nil: untyped, or a nil pointer of a type
@@ -277,8 +278,7 @@ func (l *Listener) Stop(ctx context.Context) (*Report, error) {
 		return l.report, l.err
 	case <-ctx.Done():
 		n := l.closeUntaken()
-		return l.report, &net.OpError{Op: "drain", Net: "tcp", Addr: l.tl.Addr(),
-			Err: fmt.Errorf("%d drained connections not taken by Accept, closed: %w", n, ctx.Err())}
+		return l.report, l.opError(fmt.Errorf("%d drained connections not taken by Accept, closed: %w", n, ctx.Err()))
 	}
 }
 

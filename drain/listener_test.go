@@ -238,6 +238,9 @@ func TestWrapRefuses(t *testing.T) {
 			if !errors.Is(err, drain.ErrNotSupported) || !errors.As(err, &oe) || oe.Op != "wrap" || !strings.Contains(err.Error(), "listener cannot be drained: ") {
 				t.Errorf("Wrap(%T %s): %v, want a *net.OpError wrapping ErrNotSupported that says the listener cannot be drained", l, l.Addr(), err)
 			}
+			if n := strings.Count(err.Error(), "wrap "); n != 1 || errors.As(oe.Err, new(*net.OpError)) {
+				t.Errorf("Wrap(%T %s): %q names the operation %d times, want once", l, l.Addr(), err, n)
+			}
 		}
 		if c, err := net.Dial("tcp4", mp.Addr().String()); err != nil {
 			t.Errorf("refused listener was closed: %v", err)

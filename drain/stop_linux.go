@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/zerodrop/zerodrop/internal/linux"
 	"net"
 	"os"
-	"slices"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/linux"
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/internal/shared"
 	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"github.com/zerodrop/zerodrop/reuseport"
@@ -141,9 +141,7 @@ func acceptWhy(r *Report) string {
 	}
 }
 
-func (l *Listener) opError(err error) error {
-	return &net.OpError{Op: "drain", Net: "tcp", Addr: l.tl.Addr(), Err: err}
-}
+func (l *Listener) opError(err error) error { return neterr.Op("drain", "tcp", l.tl.Addr(), err) }
 
 // identity is what identify reads of our socket; ino is 0 when fstat failed.
 type identity struct {
@@ -213,12 +211,12 @@ func (l *Listener) look(ctx context.Context, r *Report, id identity) (unsure str
 		return "/proc does not show us: " + err.Error()
 	}
 	seen := false
-	for _, m := range g.Members {
-		if m.Inode != id.ino {
-			if id.reuse {
-				r.Siblings++
-			}
-			continue
+	if id.reuse {
+		r.Siblings = len(g.Members)
+	}
+	if m := g.Member(id.ino); m != nil {
+		if id.reuse {
+			r.Siblings--
 		}
 		for _, p := range m.Processes {
 			if p.PID != self {
@@ -263,7 +261,7 @@ func shortPIDs(pids []int) string {
 // dropped its queue (migrated it, with siblings and the sysctl on): the
 // report counts those connections as the remainder, not as left queued.
 func (l *Listener) release(r *Report, id identity) error {
-	port := uint16(l.tl.Addr().(*net.TCPAddr).Port)
+	ap := l.tl.Addr().(*net.TCPAddr).AddrPort()
 	r.QueueAtClose = r.QueuedAtStop
 	if q, err := reuseport.ReadQueue(l.tl); err == nil {
 		r.QueueAtClose = int(q.Len)
@@ -272,12 +270,12 @@ func (l *Listener) release(r *Report, id identity) error {
 	err := closeListener(l.tl)
 	after, cerr2 := reuseport.ReadCounters()
 	r.LeftQueued = r.QueueAtClose
-	ls, lerr := sockdiag.Listeners(port)
+	g, lerr := reuseport.InspectMembers(context.Background(), netipString(ap))
 	if lerr != nil || id.ino == 0 {
 		r.Errors = append(r.Errors, "after release, cannot tell whether the socket still listens: "+errors.Join(lerr, id.err).Error())
 		return err
 	}
-	if slices.ContainsFunc(ls, func(x sockdiag.Listener) bool { return x.Inode == id.ino }) {
+	if g.Member(id.ino) != nil {
 		r.StillListening = true
 		return err
 	}

@@ -173,3 +173,10 @@ func checkBounds(t *testing.T, u *Upgrader) {
 		t.Errorf("%d conversations (limit %d), %d bytes held (limit %d)", conv, maxConversations, held, poolBytes)
 	}
 }
+
+// held is how many bytes the pool reserves now.
+func (p *pool) held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.used
+}

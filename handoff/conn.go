@@ -76,13 +76,6 @@ func (p *pool) put(n int) {
 	}
 }
 
-// held is how many bytes are reserved now.
-func (p *pool) held() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.used
-}
-
 func newConn(c *net.UnixConn, timeout time.Duration) (*conn, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/internal/shared"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
@@ -55,16 +56,8 @@ func (u *Upgrader) ListenPacket(ctx context.Context, name, network, address stri
 // listenError wraps err once in a *net.OpError naming the listen: an error
 // that already is one (reuseport's) is returned as it is.
 func listenError(network, address string, err error) error {
-	if oe := (*net.OpError)(nil); errors.As(err, &oe) && oe.Op == "listen" && err == error(oe) {
-		return err
-	}
-	return &net.OpError{Op: "listen", Net: network, Addr: strAddr{network, address}, Err: err}
+	return neterr.OpText("listen", network, address, err)
 }
-
-type strAddr struct{ net, addr string }
-
-func (a strAddr) Network() string { return a.net }
-func (a strAddr) String() string  { return a.addr }
 
 // obtained is a socket for the caller: a listener or a packet conn.
 type obtained struct {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/handoff/systemd"
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
 )
@@ -180,7 +181,7 @@ func predecessorGone(err error) bool {
 }
 
 func (u *Upgrader) opError(err error) error {
-	return &net.OpError{Op: "handoff", Net: "unix", Addr: &net.UnixAddr{Name: u.cfg.Path, Net: "unix"}, Err: err}
+	return neterr.Op("handoff", "unix", &net.UnixAddr{Name: u.cfg.Path, Net: "unix"}, err)
 }
 
 // Generation is this process's generation: 1 for the first, predecessor's + 1

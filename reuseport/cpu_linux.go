@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"golang.org/x/sys/unix"
 )
@@ -104,7 +105,7 @@ func parseCPUList(s string) ([]int, error) {
 func (c *Config) ListenPerCPU(ctx context.Context, network, address string) ([]*Listener, error) {
 	cpus, err := OnlineCPUs()
 	if err != nil {
-		return nil, &net.OpError{Op: "listen", Net: network, Addr: stringAddr{network, address}, Err: err}
+		return nil, neterr.OpText("listen", network, address, err)
 	}
 	var ls []*Listener
 	for _, cpu := range cpus {

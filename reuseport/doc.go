@@ -29,8 +29,11 @@
 // Config, naming each difference; NewListener and NewPacketConn wrap such a
 // socket so that every listener has Digest and Effective. ReadDigest reads the
 // canonical option set of any live socket; Digest.Compare names the options
-// that differ. Inspect lists a group's members through NETLINK_SOCK_DIAG with
-// their UIDs, queues, backlogs, processes and CPUs. ReadQueue reads a
+// that differ. Inspect is zerodrop's one builder of a Group, the listeners on an
+// address, through NETLINK_SOCK_DIAG with their UIDs, queues, backlogs,
+// cookies, processes and (Group.ReadCPUs) CPUs; InspectMembers skips the
+// /proc scan for holders (for metrics scrapes: package stats), InspectPort
+// lists every group on a port (zerodrop doctor). ReadQueue reads a
 // listener's accept queue from TCP_INFO. ReadCounters snapshots the TcpExt/Tcp
 // counters.
 //

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -278,24 +279,17 @@ func (c *Config) bind(fd int, e endpoint) error {
 	return serr
 }
 
+// opError wraps err once in the *net.OpError of a listen on e, or on
+// address as given when it did not parse.
 func opError(network, address string, e endpoint, err error) error {
-	var addr net.Addr
 	switch {
 	case e.ap.IsValid() && e.kind.stream:
-		addr = net.TCPAddrFromAddrPort(e.ap)
+		return neterr.Op("listen", network, net.TCPAddrFromAddrPort(e.ap), err)
 	case e.ap.IsValid():
-		addr = net.UDPAddrFromAddrPort(e.ap)
+		return neterr.Op("listen", network, net.UDPAddrFromAddrPort(e.ap), err)
 	}
-	if addr == nil {
-		return &net.OpError{Op: "listen", Net: network, Addr: stringAddr{network, address}, Err: err}
-	}
-	return &net.OpError{Op: "listen", Net: network, Addr: addr, Err: err}
+	return neterr.OpText("listen", network, address, err)
 }
-
-type stringAddr struct{ net, addr string }
-
-func (a stringAddr) Network() string { return a.net }
-func (a stringAddr) String() string  { return a.addr }
 
 func logAdjustments(log *zap.Logger, e endpoint, adj []Adjustment) {
 	for _, a := range adj {

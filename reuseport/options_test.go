@@ -375,8 +375,8 @@ func TestInspectCancelled(t *testing.T) {
 		cctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		g, err := reuseport.Inspect(cctx, addr)
-		if g != nil || !errors.Is(err, context.Canceled) || !strings.HasPrefix(fmt.Sprint(err), "inspect "+addr+": ") {
-			t.Errorf("Inspect with a cancelled ctx: %+v, %v; want nil and \"inspect %s: context canceled\"", g, err, addr)
+		if g != nil || !errors.Is(err, context.Canceled) || !strings.HasPrefix(fmt.Sprint(err), "inspect tcp "+addr+": ") {
+			t.Errorf("Inspect with a cancelled ctx: %+v, %v; want nil and \"inspect tcp %s: context canceled\"", g, err, addr)
 		}
 	})
 }

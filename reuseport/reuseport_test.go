@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -149,6 +150,16 @@ func TestQueueDepth(t *testing.T) {
 		}
 		if pids := g.PIDs(); len(pids) != 1 || pids[0] != os.Getpid() {
 			t.Fatalf("PIDs = %v, want [%d]", pids, os.Getpid())
+		}
+		// The holder-less read and the port's read show the same member.
+		lean, err := reuseport.InspectMembers(ctx, l.Addr().String())
+		if err != nil || len(lean.Members) != 1 || lean.Members[0].Inode != g.Members[0].Inode || lean.Members[0].Queue != 3 || len(lean.PIDs()) != 0 {
+			t.Fatalf("InspectMembers = %+v, %v; want the member without processes", lean, err)
+		}
+		port := l.Addr().(*net.TCPAddr).AddrPort().Port()
+		gs, err := reuseport.InspectPort(ctx, port)
+		if err != nil || len(gs) != 1 || gs[0].Addr.String() != l.Addr().String() || gs[0].Member(g.Members[0].Inode) == nil || !slices.Equal(gs[0].PIDs(), g.PIDs()) {
+			t.Fatalf("InspectPort(%d) = %+v, %v; want the one group, held by us", port, gs, err)
 		}
 	})
 }

@@ -34,7 +34,8 @@ func checkUID(fd int, e endpoint) error {
 	if err != nil {
 		return err
 	}
-	g, err := inspect(context.Background(), e.ap.Port(), func(a netip.AddrPort) bool { return overlaps(e.ap, a) })
+	// The members first; the holder scan only to name a mismatch's PIDs.
+	g, err := inspectOne(context.Background(), e.ap, func(a netip.AddrPort) bool { return overlaps(e.ap, a) }, false)
 	if err != nil {
 		return nil
 	}
@@ -47,6 +48,9 @@ func checkUID(fd int, e endpoint) error {
 	if theirs == nil {
 		return nil
 	}
+	if err := scanHolders(context.Background(), []*Group{g}); err != nil {
+		g.Note = "could not find the processes holding them: " + err.Error()
+	}
 	return &UIDMismatchError{Addr: e.ap.String(), Ours: ours, Theirs: theirs, PIDs: g.PIDs(), Note: g.Note}
 }
 
@@ -54,7 +58,7 @@ func checkUID(fd int, e endpoint) error {
 // listeners on the port, and a bind-only SO_REUSEPORT probe on each one's
 // address (which succeeds only if that group is joinable, and never listens).
 func diagnose(fd int, e endpoint, bindErr error) error {
-	g, err := inspect(context.Background(), e.ap.Port(), func(a netip.AddrPort) bool { return overlaps(e.ap, a) })
+	g, err := inspectOne(context.Background(), e.ap, func(a netip.AddrPort) bool { return overlaps(e.ap, a) }, true)
 	if err != nil {
 		return &AddrInUseError{Addr: e.ap.String(), Err: errors.Join(bindErr, err)}
 	}

@@ -24,9 +24,9 @@
 // subscriber loses events (Snapshot.DroppedEvents counts them) and never
 // blocks the recorder.
 //
-// ReadGroup reads what the kernel shows of a reuseport group (members, their
-// accept queues and backlogs, through NETLINK_SOCK_DIAG), as zerodrop doctor
-// does, without scanning /proc.
+// ReadGroup sums what the kernel shows of a reuseport group (members, their
+// accept queues and backlogs) from reuseport.InspectMembers, which reads
+// NETLINK_SOCK_DIAG without scanning /proc.
 //
 // Package stats/promstats exports all of this to Prometheus; importing stats
 // alone never pulls a metrics library in.

@@ -2,16 +2,12 @@ package stats
 
 import (
 	"context"
-	"errors"
-	"net"
-	"net/netip"
 
-	"github.com/zerodrop/zerodrop/internal/sockdiag"
+	"github.com/zerodrop/zerodrop/reuseport"
 )
 
-// Group is what the kernel shows of one reuseport group: the TCP listeners
-// bound exactly to Addr, as zerodrop doctor reads them (NETLINK_SOCK_DIAG),
-// without the processes holding them.
+// Group summarizes a reuseport.Group in the figures a metrics system
+// exports: how many members, how much is queued, the backlogs, the owners.
 type Group struct {
 	Addr    string `json:"addr"`
 	Members int    `json:"members"`
@@ -26,41 +22,24 @@ type Group struct {
 	UIDs int `json:"uids"`
 }
 
-// errPortZero is returned for an address with port 0, which names no group.
-var errPortZero = errors.New("port 0 names no group")
-
 // ReadGroup reads the group bound to address ("ip:port", a literal IP) in the
-// calling thread's network namespace. No group is Members == 0, not an error.
-// Errors are *net.OpError with Op "inspect". It needs no capability; Linux 3.3.
+// calling thread's network namespace through reuseport.InspectMembers (no
+// /proc scan). No group is Members == 0, not an error. Errors are
+// *net.OpError with Op "inspect" (reuseport.ErrPortZero for port 0). It
+// needs no capability; Linux 3.3.
 func ReadGroup(ctx context.Context, address string) (Group, error) {
 	g := Group{Addr: address}
-	ap, err := netip.ParseAddrPort(address)
+	rg, err := reuseport.InspectMembers(ctx, address)
 	if err != nil {
-		return g, &net.OpError{Op: "inspect", Net: "tcp", Err: err}
-	}
-	opErr := func(err error) error {
-		return &net.OpError{Op: "inspect", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ap), Err: err}
-	}
-	if ap.Port() == 0 {
-		return g, opErr(errPortZero)
-	}
-	if err := ctx.Err(); err != nil {
-		return g, opErr(err)
-	}
-	ls, err := sockdiag.Listeners(ap.Port())
-	if err != nil {
-		return g, opErr(err)
+		return g, err
 	}
 	uids := map[uint32]bool{}
-	for _, l := range ls {
-		if l.Addr.Addr().Unmap() != ap.Addr().Unmap() {
-			continue
-		}
+	for _, m := range rg.Members {
 		g.Members++
-		g.Queue += uint64(l.Queue)
-		g.MaxQueue = max(g.MaxQueue, uint64(l.Queue))
-		g.Backlog += uint64(l.Backlog)
-		uids[l.UID] = true
+		g.Queue += uint64(m.Queue)
+		g.MaxQueue = max(g.MaxQueue, uint64(m.Queue))
+		g.Backlog += uint64(m.Backlog)
+		uids[m.UID] = true
 	}
 	g.UIDs = len(uids)
 	return g, nil

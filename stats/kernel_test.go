@@ -66,7 +66,7 @@ func TestReadGroupErrors(t *testing.T) {
 		}
 	}
 	_, err := ReadGroup(context.Background(), "127.0.0.1:0")
-	if err == nil || !errors.Is(err, errPortZero) || err.Error() != "inspect tcp 127.0.0.1:0: port 0 names no group" {
+	if err == nil || !errors.Is(err, reuseport.ErrPortZero) || err.Error() != "inspect tcp 127.0.0.1:0: port 0 names no group" {
 		t.Errorf("port 0: %v", err)
 	}
 }
@@ -107,6 +107,38 @@ func BenchmarkReadKernel(b *testing.B) {
 	for b.Loop() {
 		if k := ReadKernel(); k.Err != "" {
 			b.Fatal(k.Err)
+		}
+	}
+}
+
+// BenchmarkReadGroup reads a group of 4 members, in a fresh network
+// namespace with 16 other listeners, as a Prometheus scrape does.
+func BenchmarkReadGroup(b *testing.B) {
+	if !netnstest.BenchInNamespace(b, "ZERODROP_STATS_BENCH_NETNS") {
+		return
+	}
+	ctx := context.Background()
+	addr := "127.0.0.1:0"
+	for range 4 {
+		cfg := reuseport.Config{Migration: reuseport.MigrationIgnore}
+		l, err := cfg.Listen(ctx, "tcp4", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		addr = l.Addr().String()
+	}
+	for range 16 {
+		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if g, err := ReadGroup(ctx, addr); err != nil || g.Members != 4 {
+			b.Fatalf("%+v, %v", g, err)
 		}
 	}
 }

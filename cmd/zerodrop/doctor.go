@@ -1,14 +1,12 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
-	"slices"
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/sockdiag"
@@ -29,14 +27,13 @@ const watchInterval = time.Second
 // kernel is what doctor reads. linuxKernel reads the real one; tests replace
 // single functions to provoke what the real kernel cannot honestly do.
 type kernel struct {
-	netns      func() (uint64, error)
-	listeners  func(port uint16) ([]sockdiag.Listener, error)
-	owners     func(inodes []uint64) (map[uint64][]sockdiag.Process, []int, error)
+	netns func() (uint64, error)
+	// groups reads the groups on port (0: every port) with their holders
+	// and member CPUs, as reuseport.InspectPort and Group.ReadCPUs do.
+	groups     func(ctx context.Context, port uint16) ([]*reuseport.Group, error)
 	migrateReq func() (bool, error)
 	counters   func() (reuseport.Counters, error)
-	// incomingCPU reads SO_INCOMING_CPU of inode through pid's fd.
-	incomingCPU func(pid int, inode uint64) (int, error)
-	onlineCPUs  func() ([]int, error)
+	onlineCPUs func() ([]int, error)
 	// steer reads the slot table of the steering group pinned under dir
 	// for addr, and the group's pin directory.
 	steer func(ctx context.Context, dir string, addr netip.AddrPort) ([]steer.Slot, string, error)
@@ -47,16 +44,23 @@ type kernel struct {
 // linuxKernel reads the calling thread's network namespace.
 func linuxKernel() kernel {
 	return kernel{
-		netns:       sockdiag.NetNS,
-		listeners:   sockdiag.Listeners,
-		owners:      sockdiag.Owners,
-		migrateReq:  reuseport.MigrationEnabled,
-		counters:    reuseport.ReadCounters,
-		incomingCPU: sockdiag.IncomingCPU,
-		onlineCPUs:  reuseport.OnlineCPUs,
-		steer:       readSteerSlots,
-		pause:       sleep(watchInterval),
+		netns:      sockdiag.NetNS,
+		groups:     readGroupCPUs,
+		migrateReq: reuseport.MigrationEnabled,
+		counters:   reuseport.ReadCounters,
+		onlineCPUs: reuseport.OnlineCPUs,
+		steer:      readSteerSlots,
+		pause:      sleep(watchInterval),
 	}
+}
+
+// readGroupCPUs reads the groups on port and their members' CPUs.
+func readGroupCPUs(ctx context.Context, port uint16) ([]*reuseport.Group, error) {
+	gs, err := reuseport.InspectPort(ctx, port)
+	for _, g := range gs {
+		g.ReadCPUs()
+	}
+	return gs, err
 }
 
 func sleep(d time.Duration) func(ctx context.Context) error {
@@ -209,7 +213,7 @@ func examine(ctx context.Context, k kernel, o options) (*report, error) {
 	if r.MigrateReq, err = readMigrateReq(k); err != nil {
 		return nil, err
 	}
-	if r.Groups, r.Notes, err = readGroups(k, o.port); err != nil {
+	if r.Groups, r.Notes, err = readGroups(ctx, k, o.port); err != nil {
 		return nil, err
 	}
 	if r.OnlineCPUs, err = k.onlineCPUs(); err != nil {
@@ -235,52 +239,29 @@ func readMigrateReq(k kernel) (*int, error) {
 	return &v, nil
 }
 
-// readGroups lists the listeners on port (0: all), groups them by
-// address:port, and finds the processes holding them.
-func readGroups(k kernel, port uint16) ([]group, []string, error) {
-	ls, err := k.listeners(port)
-	if err != nil {
-		return nil, nil, err
-	}
-	inodes := make([]uint64, len(ls))
-	for i, l := range ls {
-		inodes[i] = l.Inode
-	}
-	owners, unreadable, err := k.owners(inodes)
+// readGroups reads the groups on port (0: all), sorted by port and address,
+// members by inode, in doctor's report shape.
+func readGroups(ctx context.Context, k kernel, port uint16) ([]group, []string, error) {
+	gs, err := k.groups(ctx, port)
 	if err != nil {
 		return nil, nil, err
 	}
 	var notes []string
-	if len(unreadable) > 0 {
-		notes = append(notes, unreadableNote(unreadable))
+	if len(gs) > 0 && len(gs[0].Unreadable) > 0 {
+		notes = append(notes, unreadableNote(gs[0].Unreadable))
 	}
-	byAddr := map[netip.AddrPort]*group{}
-	var out []*group
-	for _, l := range ls {
-		g := byAddr[l.Addr]
-		if g == nil {
-			g = &group{Address: l.Addr.Addr().String(), Port: l.Addr.Port()}
-			byAddr[l.Addr] = g
-			out = append(out, g)
-		}
-		m := member{Inode: l.Inode, UID: l.UID, Queue: l.Queue, Backlog: l.Backlog, Cookie: l.Cookie, PIDs: []int{}, Commands: []string{}, CPU: reuseport.CPUUnknown}
-		for _, p := range owners[l.Inode] {
-			m.PIDs = append(m.PIDs, p.PID)
-			m.Commands = append(m.Commands, p.Comm)
-			if cpu, err := k.incomingCPU(p.PID, l.Inode); err == nil && m.CPU == reuseport.CPUUnknown {
-				m.CPU = cpu
+	groups := make([]group, len(gs))
+	for i, g := range gs {
+		groups[i] = group{Address: g.Addr.Addr().String(), Port: g.Addr.Port()}
+		for _, m := range g.Members {
+			dm := member{Inode: m.Inode, UID: m.UID, Queue: m.Queue, Backlog: m.Backlog, Cookie: m.Cookie, PIDs: []int{}, Commands: []string{}, CPU: m.CPU}
+			for _, p := range m.Processes {
+				dm.PIDs = append(dm.PIDs, p.PID)
+				dm.Commands = append(dm.Commands, p.Comm)
 			}
+			groups[i].Members = append(groups[i].Members, dm)
 		}
-		g.Members = append(g.Members, m)
 	}
-	groups := make([]group, len(out))
-	for i, g := range out {
-		slices.SortFunc(g.Members, func(a, b member) int { return cmp.Compare(a.Inode, b.Inode) })
-		groups[i] = *g
-	}
-	slices.SortFunc(groups, func(a, b group) int {
-		return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Address, b.Address))
-	})
 	return groups, notes, nil
 }
 

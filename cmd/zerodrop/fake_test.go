@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"github.com/zerodrop/zerodrop/reuseport/steer"
 )
@@ -20,31 +19,33 @@ import (
 // (one member over its backlog) and a lone listener on [::]:9090 with a
 // steering group (its slot, and the draining slot of a closed listener).
 func fakeKernel(migrate bool) kernel {
-	ls := []sockdiag.Listener{
-		{Addr: netip.MustParseAddrPort("127.0.0.1:8080"), Inode: 11, UID: 1000, Queue: 3, Backlog: 4096},
-		{Addr: netip.MustParseAddrPort("[::]:9090"), Inode: 30, UID: 0, Queue: 0, Backlog: 511, Cookie: 300},
-		{Addr: netip.MustParseAddrPort("127.0.0.1:8080"), Inode: 10, UID: 1000, Queue: 20, Backlog: 1},
+	a, b := netip.MustParseAddrPort("127.0.0.1:8080"), netip.MustParseAddrPort("[::]:9090")
+	server := func(pid int) reuseport.Process { return reuseport.Process{PID: pid, Comm: "server"} }
+	gs := []reuseport.Group{
+		{Addr: a, Members: []reuseport.Member{
+			{Addr: a, Inode: 10, UID: 1000, Queue: 20, Backlog: 1, CPU: reuseport.CPUNone, Processes: []reuseport.Process{server(100)}},
+			{Addr: a, Inode: 11, UID: 1000, Queue: 3, Backlog: 4096, CPU: reuseport.CPUNone, Processes: []reuseport.Process{server(101), server(102)}},
+		}},
+		{Addr: b, Members: []reuseport.Member{{Addr: b, Inode: 30, UID: 0, Queue: 0, Backlog: 511, Cookie: 300, CPU: reuseport.CPUUnknown}}},
 	}
 	return kernel{
 		netns: func() (uint64, error) { return 4026531840, nil },
-		listeners: func(port uint16) ([]sockdiag.Listener, error) {
-			return slices.DeleteFunc(slices.Clone(ls), func(l sockdiag.Listener) bool { return port != 0 && l.Addr.Port() != port }), nil
-		},
-		owners: func([]uint64) (map[uint64][]sockdiag.Process, []int, error) {
-			return map[uint64][]sockdiag.Process{
-				10: {{PID: 100, Comm: "server"}},
-				11: {{PID: 101, Comm: "server"}, {PID: 102, Comm: "server"}},
-			}, []int{1}, nil
+		groups: func(_ context.Context, port uint16) ([]*reuseport.Group, error) {
+			var out []*reuseport.Group
+			for _, g := range gs {
+				if port == 0 || g.Addr.Port() == port {
+					g.Unreadable = []int{1}
+					out = append(out, &g)
+				}
+			}
+			return out, nil
 		},
 		migrateReq: func() (bool, error) { return migrate, nil },
 		counters: func() (reuseport.Counters, error) {
 			return reuseport.Counters{MigrateReqSuccess: 20, ListenOverflows: 7, ListenDrops: 7, OutRsts: 5}, nil
 		},
-		steer: fakeSteer,
-		pause: func(context.Context) error { return nil },
-		incomingCPU: func(pid int, inode uint64) (int, error) {
-			return reuseport.CPUNone, nil
-		},
+		steer:      fakeSteer,
+		pause:      func(context.Context) error { return nil },
 		onlineCPUs: func() ([]int, error) { return []int{0, 1}, nil },
 	}
 }
@@ -158,11 +159,8 @@ func TestDoctorCannotRead(t *testing.T) {
 		name    string
 		breakIt func(k *kernel)
 	}{
-		{"listeners", func(k *kernel) {
-			k.listeners = func(uint16) ([]sockdiag.Listener, error) { return nil, fmt.Errorf("sockdiag: dump: %w", boom) }
-		}},
-		{"owners", func(k *kernel) {
-			k.owners = func([]uint64) (map[uint64][]sockdiag.Process, []int, error) { return nil, nil, boom }
+		{"groups", func(k *kernel) {
+			k.groups = func(context.Context, uint16) ([]*reuseport.Group, error) { return nil, fmt.Errorf("inspect: %w", boom) }
 		}},
 		{"sysctl", func(k *kernel) { k.migrateReq = func() (bool, error) { return false, boom } }},
 		{"counters", func(k *kernel) { k.counters = func() (reuseport.Counters, error) { return reuseport.Counters{}, boom } }},

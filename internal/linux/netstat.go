@@ -48,13 +48,6 @@ func ReadSNMP() (SNMP, error) {
 	return out, nil
 }
 
-// parseSNMP parses the /proc/net SNMP files into out (see EachCounter).
-func parseSNMP(b []byte, out SNMP) error {
-	return EachCounter(b, func(group, name []byte, v uint64) {
-		out[string(group)+"."+string(name)] = v
-	})
-}
-
 var snmpBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
 // ScanSNMP reads the files ReadSNMP reads into a reused buffer and calls fn for

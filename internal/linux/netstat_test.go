@@ -79,3 +79,10 @@ func TestParseSNMPMalformed(t *testing.T) {
 		t.Errorf("%q, want %q", got, want)
 	}
 }
+
+// parseSNMP parses the /proc/net SNMP files into out as ReadSNMP does.
+func parseSNMP(b []byte, out SNMP) error {
+	return EachCounter(b, func(group, name []byte, v uint64) {
+		out[string(group)+"."+string(name)] = v
+	})
+}

@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// EnvRequirePrivileged, set to 1, turns every privilege skip into a failure.
+// EnvRequirePrivileged names the variable that, set to 1, turns every
+// privilege skip into a failure.
 const EnvRequirePrivileged = "ZERODROP_REQUIRE_PRIVILEGED"
 
 // RequirePrivileged skips the test unless the process is root, or fails it when

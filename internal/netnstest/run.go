@@ -37,9 +37,6 @@ const envChild = "ZERODROP_NETNS_TEST"
 // doneMarker is printed by the child after the body returned and its cleanups ran.
 const doneMarker = "netnstest: body done: "
 
-// InNamespace reports whether this process is a Run child.
-func InNamespace() bool { return os.Getenv(envChild) != "" }
-
 // Run runs body in a fresh network namespace, in a re-execution of the test
 // binary that runs only t. Code before Run in the test function runs in both
 // processes; code after it only in the parent.

@@ -39,13 +39,9 @@ const (
 
 var native = binary.NativeEndian
 
-// request encodes an nlmsghdr and an inet_diag_req_v2 asking for a dump of the
-// TCP listeners of family, on port if it is not 0.
-func request(family uint8, port uint16, seq uint32) []byte {
-	return requestStates(family, port, listenStates, seq)
-}
-
-// requestStates is request for the TCP sockets in states (a bit per state).
+// requestStates encodes an nlmsghdr and an inet_diag_req_v2 asking for a
+// dump of the TCP sockets of family in states (a bit per state), on port if
+// it is not 0.
 func requestStates(family uint8, port uint16, states, seq uint32) []byte {
 	b := make([]byte, unix.SizeofNlMsghdr+sizeofReqV2)
 	native.PutUint32(b[0:], uint32(len(b)))

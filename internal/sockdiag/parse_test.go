@@ -46,7 +46,7 @@ func errno(e unix.Errno) []byte {
 }
 
 func TestRequest(t *testing.T) {
-	b := request(unix.AF_INET6, 8080, 7)
+	b := requestStates(unix.AF_INET6, 8080, listenStates, 7)
 	if len(b) != 72 || native.Uint32(b) != 72 || native.Uint16(b[4:]) != unix.SOCK_DIAG_BY_FAMILY ||
 		native.Uint16(b[6:]) != unix.NLM_F_REQUEST|unix.NLM_F_DUMP || native.Uint32(b[8:]) != 7 {
 		t.Fatalf("header % x", b[:16])

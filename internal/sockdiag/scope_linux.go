@@ -120,17 +120,17 @@ func Suspects(pids []int, self int) ([]int, error) {
 		if gone(err) {
 			continue
 		}
-		if err != nil || (st.start >= me.start && descends(pid, st, parent, pstart)) {
+		if err != nil || (st.start >= me.start && descends(st, parent, pstart)) {
 			out = append(out, pid)
 		}
 	}
 	return out, nil
 }
 
-// descends reports whether pid, whose stat is st, descends from parent
+// descends reports whether the process whose stat is st descends from parent
 // (itself excluded), or may: a break in the chain counts as yes. No
 // descendant started before its ancestor, which ends most walks early.
-func descends(pid int, st stat, parent int, pstart uint64) bool {
+func descends(st stat, parent int, pstart uint64) bool {
 	if parent <= 1 {
 		return true
 	}
@@ -141,9 +141,8 @@ func descends(pid int, st stat, parent int, pstart uint64) bool {
 		if st.ppid <= 1 || st.start < pstart {
 			return false
 		}
-		pid = st.ppid
 		var err error
-		if st, err = readStat(pid); err != nil {
+		if st, err = readStat(st.ppid); err != nil {
 			return true // an ancestor we cannot read, or gone with its child not yet reparented
 		}
 	}

@@ -13,13 +13,15 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
-// Group is a handle on the pinned program and maps of one reuseport group. It
-// owns its fds (not the pins); Close releases them. Every method that changes
+// Group is a handle on the pinned program and maps of one reuseport group:
+// what steering adds to the group the kernel shows (reuseport.Group, from
+// reuseport.Inspect, describes its listeners). It owns its fds (not the pins); Close releases them. Every method that changes
 // the slot table takes the group's lock (flock on its pin directory), so
 // processes sharing the group never overwrite each other's changes.
 type Group struct {
@@ -56,11 +58,11 @@ func (g *Group) Close() error {
 func (c *Config) Open(ctx context.Context, address string) (*Group, error) {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
-		return nil, opError("open", address, err)
+		return nil, neterr.OpText("steer open", "tcp", address, err)
 	}
 	dir, err := c.groupDir(ap)
 	if err != nil {
-		return nil, opError("open", ap.String(), err)
+		return nil, neterr.OpText("steer open", "tcp", ap.String(), err)
 	}
 	var g *Group
 	err = withLock(ctx, dir, false, func() error {
@@ -75,7 +77,7 @@ func (c *Config) Open(ctx context.Context, address string) (*Group, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, opError("open", ap.String(), err)
+		return nil, neterr.OpText("steer open", "tcp", ap.String(), err)
 	}
 	return g, nil
 }
@@ -187,15 +189,6 @@ func permission(err error) error {
 	return err
 }
 
-func opError(op, addr string, err error) error {
-	return &net.OpError{Op: "steer " + op, Net: "tcp", Addr: stringAddr(addr), Err: err}
-}
-
-type stringAddr string
-
-func (a stringAddr) Network() string { return "tcp" }
-func (a stringAddr) String() string  { return string(a) }
-
 // readSlot reads slot i (no lock needed: one map look-up is atomic).
 func (g *Group) readSlot(i int) (slotValue, error) {
 	var v slotValue
@@ -206,10 +199,10 @@ func (g *Group) readSlot(i int) (slotValue, error) {
 // update changes slot i under the lock: f edits the value.
 func (g *Group) update(op string, i int, f func(*slotValue) error) error {
 	if g.obj == nil {
-		return opError(op, g.addr.String(), net.ErrClosed)
+		return neterr.OpText("steer "+op, "tcp", g.addr.String(), net.ErrClosed)
 	}
 	if i < 0 || i >= g.n {
-		return opError(op, g.addr.String(), fmt.Errorf("%w: slot %d of %d", ErrBadSlot, i, g.n))
+		return neterr.OpText("steer "+op, "tcp", g.addr.String(), fmt.Errorf("%w: slot %d of %d", ErrBadSlot, i, g.n))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
 	defer cancel()
@@ -227,7 +220,7 @@ func (g *Group) update(op string, i int, f func(*slotValue) error) error {
 		return g.obj.slots.Update(uint32(i), v, ebpf.UpdateExist)
 	})
 	if err != nil {
-		return opError(op, g.addr.String(), err)
+		return neterr.OpText("steer "+op, "tcp", g.addr.String(), err)
 	}
 	return nil
 }

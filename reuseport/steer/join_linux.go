@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/zerodrop/zerodrop/internal/linux"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/zerodrop/zerodrop/internal/linux"
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -47,11 +48,11 @@ func (m *Member) Group() *Group { return m.g }
 func (c *Config) Join(ctx context.Context, l syscall.Conn) (*Member, error) {
 	si, err := inspect(l)
 	if err != nil {
-		return nil, opError("join", si.addr.String(), err)
+		return nil, neterr.OpText("steer join", "tcp", si.addr.String(), err)
 	}
 	m, err := c.join(ctx, l, si)
 	if err != nil {
-		return nil, opError("join", si.addr.String(), err)
+		return nil, neterr.OpText("steer join", "tcp", si.addr.String(), err)
 	}
 	return m, nil
 }
@@ -276,7 +277,7 @@ func (m *Member) Close() error {
 	})
 	err = errors.Join(err, g.Close())
 	if err != nil {
-		return opError("close", g.addr.String(), err)
+		return neterr.OpText("steer close", "tcp", g.addr.String(), err)
 	}
 	return nil
 }

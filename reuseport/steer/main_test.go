@@ -122,4 +122,7 @@ func isOp(tb testing.TB, err error, op string) {
 	if !errors.As(err, &oe) || oe.Op != op || oe.Addr == nil {
 		tb.Fatalf("error %v (%T), want *net.OpError with Op %q and an address", err, err, op)
 	}
+	if n := strings.Count(err.Error(), op+" tcp "); n != 1 || errors.As(oe.Err, new(*net.OpError)) {
+		tb.Fatalf("error %q names the operation %d times, want once", err, n)
+	}
 }

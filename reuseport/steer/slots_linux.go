@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/cilium/ebpf"
+	"github.com/zerodrop/zerodrop/internal/neterr"
 )
 
 // SetDraining marks slot i Draining (on) or Live again (off). A draining
@@ -50,7 +51,7 @@ func (g *Group) SetLoad(i int, load uint32) error {
 func (g *Group) MarkDraining(c syscall.Conn) error {
 	i, err := g.SlotOf(c)
 	if err != nil {
-		return opError("mark draining", g.addr.String(), err)
+		return neterr.OpText("steer mark draining", "tcp", g.addr.String(), err)
 	}
 	return g.SetDraining(i, true)
 }
@@ -76,7 +77,7 @@ func (g *Group) SlotOf(c syscall.Conn) (int, error) {
 // no live member of its class can take.
 func (g *Group) SetMismatch(mm Mismatch) error {
 	if mm > MismatchHash {
-		return opError("set mismatch", g.addr.String(), fmt.Errorf("%w: mismatch %d", ErrBadSlot, mm))
+		return neterr.OpText("steer set mismatch", "tcp", g.addr.String(), fmt.Errorf("%w: mismatch %d", ErrBadSlot, mm))
 	}
 	return g.setConfig("set mismatch", func(cv *configValue) { cv.Mismatch = uint32(mm) })
 }
@@ -84,14 +85,14 @@ func (g *Group) SetMismatch(mm Mismatch) error {
 // SetBalance changes how the program spreads new connections.
 func (g *Group) SetBalance(b Balance) error {
 	if b > BalanceLeastLoaded {
-		return opError("set balance", g.addr.String(), fmt.Errorf("%w: balance %d", ErrBadSlot, b))
+		return neterr.OpText("steer set balance", "tcp", g.addr.String(), fmt.Errorf("%w: balance %d", ErrBadSlot, b))
 	}
 	return g.setConfig("set balance", func(cv *configValue) { cv.Balance = uint32(b) })
 }
 
 func (g *Group) setConfig(op string, f func(*configValue)) error {
 	if g.obj == nil {
-		return opError(op, g.addr.String(), net.ErrClosed)
+		return neterr.OpText("steer "+op, "tcp", g.addr.String(), net.ErrClosed)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
 	defer cancel()
@@ -104,7 +105,7 @@ func (g *Group) setConfig(op string, f func(*configValue)) error {
 		return g.obj.config.Put(uint32(0), cv)
 	})
 	if err != nil {
-		return opError(op, g.addr.String(), err)
+		return neterr.OpText("steer "+op, "tcp", g.addr.String(), err)
 	}
 	return nil
 }
@@ -114,13 +115,13 @@ func (g *Group) setConfig(op string, f func(*configValue)) error {
 // snapshot taken slot by slot.
 func (g *Group) Slots() ([]Slot, error) {
 	if g.obj == nil {
-		return nil, opError("slots", g.addr.String(), net.ErrClosed)
+		return nil, neterr.OpText("steer slots", "tcp", g.addr.String(), net.ErrClosed)
 	}
 	out := make([]Slot, g.n)
 	for i := range out {
 		s, err := g.slot(i)
 		if err != nil {
-			return nil, opError("slots", g.addr.String(), err)
+			return nil, neterr.OpText("steer slots", "tcp", g.addr.String(), err)
 		}
 		out[i] = s
 	}
@@ -153,14 +154,14 @@ func (g *Group) slot(i int) (Slot, error) {
 // without Member.Close). Join does it too.
 func (g *Group) Prune(ctx context.Context) error {
 	if g.obj == nil {
-		return opError("prune", g.addr.String(), net.ErrClosed)
+		return neterr.OpText("steer prune", "tcp", g.addr.String(), net.ErrClosed)
 	}
 	err := withLock(ctx, g.dir, false, func() error {
 		g.prune()
 		return nil
 	})
 	if err != nil {
-		return opError("prune", g.addr.String(), err)
+		return neterr.OpText("steer prune", "tcp", g.addr.String(), err)
 	}
 	return nil
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // Group names a reuseport group to export: Listener is the label, Addr the
-// "ip:port" the group is bound to.
+// "ip:port" the group is bound to. Each scrape reads it with stats.ReadGroup
+// (a summary of reuseport.InspectMembers).
 type Group struct {
 	Listener string
 	Addr     string

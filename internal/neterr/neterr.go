@@ -1,0 +1,41 @@
+// Package neterr builds the *net.OpError that zerodrop's public operations
+// return: op, network and address set once, the cause wrapped with %w
+// semantics (errors.Is and errors.As see through it). Linux only, as the
+// whole module.
+package neterr
+
+import (
+	"errors"
+	"net"
+)
+
+// Op returns err in a *net.OpError{Op: op, Net: network, Addr: addr}. It
+// wraps once: nil stays nil, and an err that already is a *net.OpError for
+// op is returned as it is (not "listen tcp A: listen tcp A: ..."). addr may
+// be nil.
+func Op(op, network string, addr net.Addr, err error) error {
+	if err == nil {
+		return nil
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && error(oe) == err && oe.Op == op {
+		return err
+	}
+	return &net.OpError{Op: op, Net: network, Addr: addr, Err: err}
+}
+
+// OpText is Op for an address known only as text (one that may not parse):
+// the error prints it as given.
+func OpText(op, network, address string, err error) error {
+	var addr net.Addr
+	if address != "" {
+		addr = textAddr{network, address}
+	}
+	return Op(op, network, addr, err)
+}
+
+// textAddr is a net.Addr that is only its text.
+type textAddr struct{ net, addr string }
+
+func (a textAddr) Network() string { return a.net }
+func (a textAddr) String() string  { return a.addr }
