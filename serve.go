@@ -64,6 +64,16 @@ type Options struct {
 	// handoff.Upgrader.PassConns), so that its client notices nothing; TLS
 	// and HTTP/2 connections are drained (they cannot be passed).
 	NoConnHandoff bool
+	// Pool, if set, is a directory shared by the workers of a SO_REUSEPORT
+	// pool (only we may write it, as for Handoff's), so that a worker
+	// stopped by a signal or ctx passes its keep-alive connections to a
+	// sibling instead of closing them: each worker serves <Pool>/<pid>.sock
+	// (handoff.ListenConns) while it runs, and at its stop passes its plain
+	// HTTP/1.1 connections, each once it waits for its next request, to the
+	// newest other worker there that answers (in a roll, the replacement
+	// started before the stop). A stop because a successor took over
+	// passes them to the successor instead.
+	Pool string
 	// Grace bounds the drain; default 30 s.
 	Grace time.Duration
 	// Logger receives what Serve does, and is given to handoff and drain; nil
@@ -137,6 +147,9 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 	servers, served := g.serve(srv, opts, log)
 	shutdown := func(cause string, delay time.Duration) (*Report, error) {
 		rep.Cause = cause
+		if g.pool != nil {
+			g.pool.stopListening() // siblings stopping now pick another
+		}
 		log.Info("stopping", zap.String("event", "zerodrop.stop"), zap.Uint64("generation", rep.Generation), zap.String("cause", cause))
 		if n := systemd.FromEnv(); n != nil && cause != causeSuccessor {
 			n.Stopping(fmt.Sprintf("generation %d stopping: %s", rep.Generation, cause))
@@ -146,7 +159,7 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 		return rep, err
 	}
 
-	if err := g.passConns(servers); err != nil {
+	if err := g.passConns(servers, opts, log); err != nil {
 		_, serr := shutdown("connection handoff failed", 0)
 		return rep, errors.Join(err, serr)
 	}
@@ -188,6 +201,7 @@ const causeSuccessor = "successor ready"
 // generationSet is the listeners of one process and where they came from.
 type generationSet struct {
 	u     *handoff.Upgrader // nil without Handoff
+	pool  *siblings         // nil without Pool
 	act   *systemd.Activation
 	names []string // the addresses served, the listeners' names for handoff
 	lns   []net.Listener
@@ -198,28 +212,53 @@ type generationSet struct {
 // listener name to a successor that takes them.
 func (g *generationSet) handOver(name string) func(context.Context, []drain.Detached) (int, error) {
 	return func(ctx context.Context, conns []drain.Detached) (int, error) {
-		if !g.u.TakesConns(name) {
-			return 0, fmt.Errorf("zerodrop: no successor takes the connections of %s: %w", name, handoff.ErrNotTaken)
+		pass := g.u.PassConns
+		if g.u == nil || !g.u.TakesConns(name) {
+			if g.pool == nil {
+				return 0, fmt.Errorf("zerodrop: no successor takes the connections of %s: %w", name, handoff.ErrNotTaken)
+			}
+			s, err := g.pool.sender(ctx, name)
+			if err != nil {
+				return 0, err
+			}
+			pass = s.PassConns
+		}
+		if conns == nil {
+			return 0, nil
 		}
 		pcs := make([]handoff.PassedConn, len(conns))
 		for j, d := range conns {
 			pcs[j] = handoff.PassedConn{Listener: name, Conn: d.Conn, State: d.Unread}
 		}
-		return g.u.PassConns(ctx, pcs)
+		return pass(ctx, pcs)
 	}
 }
 
 // passConns has the servers that hand their connections over serve those
-// their predecessor passes. It must run before ready.
-func (g *generationSet) passConns(servers []*drain.Server) error {
+// their predecessor or a sibling passes. It must run before ready.
+func (g *generationSet) passConns(servers []*drain.Server, opts Options, log *zap.Logger) error {
+	handlers := map[string]func(handoff.PassedConn){}
 	for i, s := range servers {
 		if s.HandOver == nil {
 			continue
 		}
-		if err := g.u.HandleConns(g.names[i], func(pc handoff.PassedConn) { s.ServeConn(pc.Conn, pc.State) }); err != nil {
+		h := func(pc handoff.PassedConn) { s.ServeConn(pc.Conn, pc.State) }
+		handlers[g.names[i]] = h
+		if g.u == nil {
+			continue
+		}
+		if err := g.u.HandleConns(g.names[i], h); err != nil {
 			return err
 		}
 	}
+	if opts.Pool == "" || len(handlers) == 0 {
+		return nil
+	}
+	p, err := listenSiblings(opts.Pool, handoff.ConnsConfig{AllowUIDs: opts.AllowUIDs, Logger: log}, handlers)
+	if err != nil {
+		return err
+	}
+	g.pool = p
 	return nil
 }
 
@@ -336,6 +375,9 @@ func (g *generationSet) close() {
 	if g.wd != nil {
 		g.wd.Stop()
 	}
+	if g.pool != nil {
+		g.pool.close()
+	}
 	if g.u != nil {
 		g.u.Close()
 	}
@@ -361,7 +403,7 @@ func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) (
 			h = copyServer(srv)
 		}
 		servers[i] = &drain.Server{HTTP: h, Logger: log, OnReport: opts.OnReport}
-		if g.u != nil && !opts.NoConnHandoff && h.TLSConfig == nil {
+		if (g.u != nil || opts.Pool != "") && !opts.NoConnHandoff && h.TLSConfig == nil {
 			servers[i].HandOver = g.handOver(g.names[i])
 		}
 		if opts.ReadyPath != "" {

@@ -49,6 +49,7 @@ func generationMain() {
 		ReadyPath:     "/ready",
 		Grace:         10 * time.Second,
 		NoConnHandoff: os.Getenv("ZD_NO_CONN_HANDOFF") != "",
+		Pool:          os.Getenv("ZD_POOL"),
 		OnServing:     func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },
 	})
 	if err != nil {

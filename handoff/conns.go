@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
@@ -176,47 +177,81 @@ func (u *Upgrader) HandleConns(name string, h func(PassedConn)) error {
 func (u *Upgrader) TakesConns(name string) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.succ != nil && slices.Contains(u.takes, name)
+	return u.succ != nil && u.succ.Takes(name)
 }
 
 // ErrNotTaken: the connections were not passed (no successor takes them, or
 // it refused or did not acknowledge them); they are still the caller's.
 var ErrNotTaken = errors.New("connections not taken by a successor")
 
-// PassConns passes conns to the successor, in batches of at most BatchFDs,
-// and returns how many it took: conns[:passed] are the successor's (their
-// Conn is closed here), conns[passed:] are still the caller's, open and
-// untouched. A connection the successor did not acknowledge is never served
-// by it. The error, if any, wraps ErrNotTaken (when no successor takes a
-// listener's connections, nothing is passed), ErrValidation (the successor
-// refused a batch) or why the conversation failed; after a failure, the
-// conversation is over and TakesConns is false. ctx is checked before each
-// batch; a batch sent is waited for (at most Config.Timeout), never
-// abandoned, so that no connection ends up held by both processes. Safe for
-// concurrent use (calls are serialized).
+// PassConns passes conns to the ready successor: see ConnSender.PassConns.
+// Without a successor that takes connections, it fails with ErrNotTaken.
 func (u *Upgrader) PassConns(ctx context.Context, conns []PassedConn) (passed int, err error) {
-	u.passMu.Lock()
-	defer u.passMu.Unlock()
 	u.mu.Lock()
-	c, takes := u.succ, u.takes
+	s := u.succ
 	u.mu.Unlock()
-	if c == nil {
+	if s == nil {
 		return 0, u.opError(fmt.Errorf("pass conns: no successor takes connections: %w", ErrNotTaken))
+	}
+	return s.PassConns(ctx, conns)
+}
+
+// ConnSender passes connections to one receiver: a ready successor (kept
+// by its Upgrader, see PassConns) or a sibling's ConnListener (DialConns).
+type ConnSender struct {
+	mu     sync.Mutex // serializes PassConns
+	c      *conn
+	takes  []string // the listeners whose connections the receiver takes
+	passed int      // connections passed so far, under mu
+	dead   atomic.Bool
+	log    *zap.Logger
+	opErr  func(error) error
+}
+
+// Takes reports whether the receiver takes the connections of the listener
+// name; false once a PassConns failed or the sender is closed.
+func (s *ConnSender) Takes(name string) bool {
+	return !s.dead.Load() && slices.Contains(s.takes, name)
+}
+
+// Close ends the conversation: the receiver keeps every connection it
+// acknowledged. Safe to call more than once.
+func (s *ConnSender) Close() error {
+	s.dead.Store(true)
+	return s.c.Close()
+}
+
+// PassConns passes conns to the receiver, in batches of at most BatchFDs,
+// and returns how many it took: conns[:passed] are the receiver's (their
+// Conn is closed here), conns[passed:] are still the caller's, open and
+// untouched. A connection the receiver did not acknowledge is never served
+// by it. The error, if any, wraps ErrNotTaken (when the receiver takes no
+// connections of a listener, nothing is passed), ErrValidation (it refused
+// a batch) or why the conversation failed; after a failure the
+// conversation is over and Takes is false. ctx is checked before each
+// batch; a batch sent is waited for (at most the Timeout), never abandoned,
+// so that no connection ends up held by both processes. Safe for
+// concurrent use (calls are serialized).
+func (s *ConnSender) PassConns(ctx context.Context, conns []PassedConn) (passed int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead.Load() {
+		return 0, s.opErr(fmt.Errorf("pass conns: the conversation is over: %w", ErrNotTaken))
 	}
 	for i, pc := range conns {
 		switch {
 		case pc.Conn == nil:
-			return 0, u.opError(fmt.Errorf("pass conns: connection %d: nil Conn", i))
-		case !slices.Contains(takes, pc.Listener):
-			return 0, u.opError(fmt.Errorf("pass conns: connection %d: the successor takes no connections of listener %q: %w", i, pc.Listener, ErrNotTaken))
+			return 0, s.opErr(fmt.Errorf("pass conns: connection %d: nil Conn", i))
+		case !slices.Contains(s.takes, pc.Listener):
+			return 0, s.opErr(fmt.Errorf("pass conns: connection %d: the receiver takes no connections of listener %q: %w", i, pc.Listener, ErrNotTaken))
 		case len(pc.State) > MaxConnState:
-			return 0, u.opError(fmt.Errorf("pass conns: connection %d: %d state bytes, limit %d", i, len(pc.State), MaxConnState))
+			return 0, s.opErr(fmt.Errorf("pass conns: connection %d: %d state bytes, limit %d", i, len(pc.State), MaxConnState))
 		}
 	}
 	defer func() {
 		if err != nil {
-			u.dropSuccessor(c)
-			err = u.opError(fmt.Errorf("pass conns: %d of %d passed: %w", passed, len(conns), err))
+			s.Close()
+			err = s.opErr(fmt.Errorf("pass conns: %d of %d passed: %w", passed, len(conns), err))
 		}
 	}()
 	for passed < len(conns) {
@@ -224,17 +259,17 @@ func (u *Upgrader) PassConns(ctx context.Context, conns []PassedConn) (passed in
 			return passed, fmt.Errorf("%w: %w", ErrNotTaken, err)
 		}
 		n := batchLen(conns[passed:])
-		if err := u.passBatch(c, conns[passed:passed+n]); err != nil {
+		if err := s.passBatch(conns[passed : passed+n]); err != nil {
 			return passed, err
 		}
 		for _, pc := range conns[passed : passed+n] {
-			pc.Conn.Close() // the successor's now; this closes only our fd
+			pc.Conn.Close() // the receiver's now; this closes only our fd
 		}
 		passed += n
-		u.passedSoFar += n
+		s.passed += n
 	}
 	if len(conns) > 0 {
-		u.log.Debug("connections passed", zap.String("event", "handoff.conns_passed"), zap.Int("count", len(conns)), zap.Int("total", u.passedSoFar))
+		s.log.Debug("connections passed", zap.String("event", "handoff.conns_passed"), zap.Int("count", len(conns)), zap.Int("total", s.passed))
 	}
 	return passed, nil
 }
@@ -255,8 +290,9 @@ func batchLen(conns []PassedConn) int {
 
 // passBatch sends one batch and waits for its ack. The fds sent are dups,
 // closed once sent.
-func (u *Upgrader) passBatch(c *conn, batch []PassedConn) error {
-	f := &frame{Type: typeConns, First: u.passedSoFar, Count: len(batch), Conns: make([]connDecl, len(batch))}
+func (s *ConnSender) passBatch(batch []PassedConn) error {
+	c := s.c
+	f := &frame{Type: typeConns, First: s.passed, Count: len(batch), Conns: make([]connDecl, len(batch))}
 	fds := make([]int, 0, len(batch))
 	defer func() { closeFDs(fds) }()
 	for i, pc := range batch {
@@ -292,7 +328,7 @@ func (u *Upgrader) passBatch(c *conn, batch []PassedConn) error {
 }
 
 // lastWord settles a batch whose ack did not come in time: it shuts our
-// side for reading, after which the successor's ack cannot be sent any
+// side for reading, after which the receiver's ack cannot be sent any
 // more (its write fails with EPIPE, and it closes the batch), then reads
 // the ack that came before, if one did. Without it, an ack sent just as we
 // gave up would leave the connections with both processes.
@@ -321,17 +357,7 @@ func (u *Upgrader) keepSuccessor(c *conn, takes []string) {
 		c.Close()
 		return
 	}
-	u.succ, u.takes = c, takes
-}
-
-// dropSuccessor ends the conversation c after a failure.
-func (u *Upgrader) dropSuccessor(c *conn) {
-	u.mu.Lock()
-	if u.succ == c {
-		u.succ, u.takes = nil, nil
-	}
-	u.mu.Unlock()
-	c.Close()
+	u.succ = &ConnSender{c: c, takes: takes, log: u.log, opErr: u.opError}
 }
 
 // connWait bounds how long a successor waits for the next batch of
@@ -343,8 +369,7 @@ const connWait = time.Hour
 // validates each fd, acks the batch, and then gives each connection to its
 // listener's handler. A batch that fails is refused with an error frame and
 // closed here: the predecessor still has every connection of it.
-func (u *Upgrader) receiveConns(c *conn, handlers map[string]func(PassedConn)) {
-	defer u.connsWG.Done()
+func receiveConns(c *conn, handlers map[string]func(PassedConn), log *zap.Logger) {
 	defer c.Close()
 	for n := 0; ; {
 		f, fds, err := c.recvWithin(BatchFDs, connWait)
@@ -372,17 +397,17 @@ func (u *Upgrader) receiveConns(c *conn, handlers map[string]func(PassedConn)) {
 		}
 		if err != nil {
 			if !predecessorGone(err) && !errors.Is(err, net.ErrClosed) {
-				u.log.Warn("connections refused; the predecessor keeps them", zap.String("event", "handoff.conns_refused"), zap.Int("received", n), zap.Error(err))
+				log.Warn("connections refused; the sender keeps them", zap.String("event", "handoff.conns_refused"), zap.Int("received", n), zap.Error(err))
 				if !errors.As(err, new(*RemoteError)) {
 					c.send(&frame{Type: typeError, Code: code(err), Message: err.Error()}, nil)
 				}
 			} else {
-				u.log.Debug("predecessor done passing connections", zap.String("event", "handoff.conns_end"), zap.Int("received", n))
+				log.Debug("the sender is done passing connections", zap.String("event", "handoff.conns_end"), zap.Int("received", n))
 			}
 			return
 		}
 		n += len(got)
-		u.log.Debug("connections received", zap.String("event", "handoff.conns_received"), zap.Int("count", len(got)), zap.Int("total", n))
+		log.Debug("connections received", zap.String("event", "handoff.conns_received"), zap.Int("count", len(got)), zap.Int("total", n))
 		for _, pc := range got {
 			handlers[pc.Listener](pc)
 		}

@@ -24,6 +24,7 @@ func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("rawpeer", rawpeerMain)
 	netnstest.RegisterHelper("squatter", squatterMain)
 	netnstest.RegisterHelper("dialer", dialerMain)
+	netnstest.RegisterHelper("receiver", receiverMain)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }
@@ -317,11 +318,17 @@ func startApp(t *testing.T, path string, env ...string) *appProc {
 // startAppIn starts the app with stdin.
 func startAppIn(t *testing.T, path string, stdin *os.File, env ...string) *appProc {
 	t.Helper()
+	return startHelper(t, "app", path, stdin, env...)
+}
+
+// startHelper starts a helper with the app's environment and line reader.
+func startHelper(t *testing.T, helper, path string, stdin *os.File, env ...string) *appProc {
+	t.Helper()
 	opts := netnstest.HelperOptions{Env: append([]string{envPath + "=" + path}, env...)}
 	if stdin != nil {
 		opts.Stdin = stdin
 	}
-	p := netnstest.StartHelper(t, "app", opts)
+	p := netnstest.StartHelper(t, helper, opts)
 	a := &appProc{Proc: p, lines: make(chan string, 16)}
 	go func() {
 		defer close(a.lines)

@@ -181,7 +181,10 @@ func (u *Upgrader) afterSignal(pred *conn, gotDone bool) {
 	}
 	u.preds = append(u.preds, pred)
 	u.connsWG.Add(1)
-	go u.receiveConns(pred, handlers)
+	go func() {
+		defer u.connsWG.Done()
+		receiveConns(pred, handlers, u.log)
+	}()
 }
 
 // serve starts the handoff server and renames the PID file into place.

@@ -76,15 +76,12 @@ type Upgrader struct {
 
 	// Connections (conns.go). handlers: ours, by listener name, for the
 	// predecessor's; succ: the conversation with a ready successor that
-	// takes the connections of the listeners takes; preds: conversations
+	// takes connections; preds: conversations
 	// on which a predecessor passes us connections.
-	handlers    map[string]func(PassedConn)
-	succ        *conn
-	takes       []string
-	preds       []*conn
-	connsWG     sync.WaitGroup
-	passMu      sync.Mutex // serializes PassConns
-	passedSoFar int        // connections passed to succ, under passMu
+	handlers map[string]func(PassedConn)
+	succ     *ConnSender
+	preds    []*conn
+	connsWG  sync.WaitGroup
 }
 
 // socket is one socket we own a reference to: the fd (close-on-exec) and how
@@ -212,7 +209,7 @@ func (u *Upgrader) Close() error {
 	u.closed = true
 	srv, socks, inh, pred, hln := u.srv, u.socks, u.inh, u.pred, u.hln
 	succ, preds := u.succ, u.preds
-	u.socks, u.inh, u.pred, u.hln, u.succ, u.takes, u.preds = nil, nil, nil, nil, nil, nil, nil
+	u.socks, u.inh, u.pred, u.hln, u.succ, u.preds = nil, nil, nil, nil, nil, nil
 	u.mu.Unlock()
 	if succ != nil {
 		succ.Close() // the successor has every connection it acked

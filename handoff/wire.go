@@ -110,8 +110,8 @@ type frame struct {
 	Count int `json:"count,omitempty"`
 	// conns: the connected sockets of the batch, in fd order.
 	Conns []connDecl `json:"conns,omitempty"`
-	// Takes in a ready frame (version 2): the names of the listeners whose
-	// connections the successor takes; none means it takes none.
+	// Takes in a ready frame (version 2), or a sibling receiver's hello: the
+	// names of the listeners whose connections it takes; none means none.
 	Takes []string `json:"takes,omitempty"`
 	// ack
 	Received int `json:"received,omitempty"`
@@ -313,7 +313,7 @@ func (f *frame) check() error {
 	}
 	switch f.Type {
 	case typeHello:
-		if f.Role != roleSuccessor && f.Role != roleObserver && f.Role != rolePredecessor {
+		if f.Role != roleSuccessor && f.Role != roleObserver && f.Role != rolePredecessor && f.Role != roleSibling {
 			return fmt.Errorf("unknown role %q", f.Role)
 		}
 		if f.PID <= 0 {
@@ -321,6 +321,9 @@ func (f *frame) check() error {
 		}
 		if f.MaxVersion != 0 && f.MaxVersion <= f.Version {
 			return fmt.Errorf("max_version %d not above version %d", f.MaxVersion, f.Version)
+		}
+		if len(f.Takes) > MaxSockets {
+			return fmt.Errorf("hello takes %d listeners, limit %d", len(f.Takes), MaxSockets)
 		}
 	case typeOffer:
 		if len(f.Sockets) > MaxSockets {

@@ -73,8 +73,9 @@ func readEvents(t *testing.T) map[string]documented {
 // and handoff.redial a silent or hanging-up predecessor, as in handoff's
 // TestPredecessorNoAnswer and TestRacingSuccessors; handoff.conns_refused a
 // predecessor passing a connection that is not what it declares, as in
-// handoff's TestConnsRefused).
-var notTriggered = []string{"handoff.conns_refused", "drain.unsure", "handoff.accept_error", "handoff.fallback", "handoff.no_answer", "handoff.redial", "handoff.listen.mismatch", "handoff.listen.options", "handoff.listen.systemd"}
+// handoff's TestConnsRefused; handoff.sibling_connected a ConnListener, as
+// in handoff's TestSiblings).
+var notTriggered = []string{"handoff.conns_refused", "handoff.sibling_connected", "drain.unsure", "handoff.accept_error", "handoff.fallback", "handoff.no_answer", "handoff.redial", "handoff.listen.mismatch", "handoff.listen.options", "handoff.listen.systemd"}
 
 // Every step of a drain (listener and HTTP server) and of a handoff (both
 // sides, with an unclaimed socket and a refused peer) logs an event of the

@@ -1,0 +1,290 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Passing connections between siblings: the workers of a SO_REUSEPORT pool
+// are not each other's predecessor, so a worker being rolled passes its
+// connections to a sibling (or its replacement) that serves a ConnListener.
+// The conversation is the connection part of the handoff protocol:
+//
+//	S -> R  {"type":"hello","version":1,"max_version":2,"role":"sibling","pid":..,"uid":..}
+//	R -> S  {"type":"hello","version":2,"role":"sibling","pid":..,"uid":..,"takes":["http",..]}
+//	then conns batches and acks as between generations, until S hangs up.
+//
+// Both sides check the other's credentials (SO_PEERCRED, our effective UID
+// or ConnsConfig.AllowUIDs) before anything else, the receiver's path is
+// checked like a handoff socket's (its directory writable by us only), and
+// every fd is validated before it is acknowledged.
+
+// roleSibling is a process passing connections to a ConnListener.
+const roleSibling = "sibling"
+
+// ConnsConfig configures ListenConns and DialConns.
+type ConnsConfig struct {
+	// AllowUIDs widens the peers accepted, in both directions, beyond our
+	// own effective UID.
+	AllowUIDs []uint32
+	// Timeout bounds the connect and every read and write of a
+	// conversation; default 10 s.
+	Timeout time.Duration
+	// Logger receives each step; nil means no logging.
+	Logger *zap.Logger
+}
+
+func (c *ConnsConfig) defaults() {
+	if c.Timeout <= 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+}
+
+// ConnListener receives the connections sibling processes pass to it, for
+// the listeners it has handlers for.
+type ConnListener struct {
+	cfg      ConnsConfig
+	path     string
+	ino      uint64
+	ln       *net.UnixListener
+	handlers map[string]func(PassedConn)
+	takes    []string
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[*conn]bool // nil once closed
+}
+
+// maxSiblings bounds the conversations a ConnListener holds at once; more
+// are refused with ErrBusy.
+const maxSiblings = 16
+
+// ListenConns serves path (a file path in a directory only we can write, or
+// "@name" in the abstract namespace) for siblings that pass connections:
+// each connection passed for a listener name in handlers is given to that
+// handler, one conversation's connections in order, on one goroutine per
+// conversation (a handler must not block for long). The socket file, if any,
+// appears atomically (renamed into place) and is removed by Close.
+func ListenConns(path string, cfg ConnsConfig, handlers map[string]func(PassedConn)) (*ConnListener, error) {
+	cfg.defaults()
+	l := &ConnListener{cfg: cfg, path: path, handlers: map[string]func(PassedConn){}, conns: map[*conn]bool{}}
+	opErr := func(err error) error {
+		return &net.OpError{Op: "listen conns", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: err}
+	}
+	for name, h := range handlers {
+		if h == nil {
+			return nil, opErr(fmt.Errorf("nil handler for %q", name))
+		}
+		l.handlers[name] = h
+		l.takes = append(l.takes, name)
+	}
+	slices.Sort(l.takes)
+	if len(l.takes) == 0 || len(l.takes) > MaxSockets {
+		return nil, opErr(fmt.Errorf("%d handlers, want 1 to %d", len(l.takes), MaxSockets))
+	}
+	if err := checkPath(path); err != nil {
+		return nil, opErr(err)
+	}
+	if err := checkDir(path); err != nil {
+		return nil, err
+	}
+	ln, tmp, err := listenHandoff(path)
+	if err != nil {
+		return nil, opErr(err)
+	}
+	if !abstract(path) {
+		if l.ino, err = publish(tmp, path); err != nil {
+			ln.Close()
+			os.Remove(tmp)
+			return nil, opErr(err)
+		}
+	}
+	l.ln = ln
+	l.wg.Add(1)
+	go l.serve()
+	return l, nil
+}
+
+// Addr is the socket's address.
+func (l *ConnListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
+
+// Close stops accepting, ends every conversation (each sender keeps the
+// connections not yet acknowledged), waits for them, and removes the file.
+func (l *ConnListener) Close() error {
+	l.mu.Lock()
+	conns := l.conns
+	l.conns = nil
+	l.mu.Unlock()
+	if conns == nil {
+		return nil
+	}
+	l.ln.Close()
+	for c := range conns {
+		c.Close()
+	}
+	l.wg.Wait()
+	unpublish(l.path, l.ino)
+	return nil
+}
+
+func (l *ConnListener) serve() {
+	defer l.wg.Done()
+	var delay time.Duration
+	for {
+		nc, err := l.ln.AcceptUnix()
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil { // EMFILE and the like: the sibling waits in the queue
+			delay = min(max(2*delay, acceptRetryMin), acceptRetryMax)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		l.wg.Add(1)
+		go l.converse(nc)
+	}
+}
+
+// converse checks a sibling, answers its hello with the listeners we take,
+// then receives its connections until it hangs up.
+func (l *ConnListener) converse(nc *net.UnixConn) {
+	defer l.wg.Done()
+	c, err := newConn(nc, l.cfg.Timeout)
+	if err != nil {
+		nc.Close()
+		return
+	}
+	log := l.cfg.Logger
+	l.mu.Lock()
+	switch {
+	case l.conns == nil:
+		err = ErrClosed
+	case len(l.conns) >= maxSiblings:
+		err = &FrameError{Err: ErrBusy, Detail: fmt.Sprintf("%d conversations", len(l.conns))}
+	default:
+		l.conns[c] = true
+	}
+	l.mu.Unlock()
+	if err == nil {
+		defer func() {
+			l.mu.Lock()
+			if l.conns != nil {
+				delete(l.conns, c)
+			}
+			l.mu.Unlock()
+		}()
+		err = l.greet(c)
+	}
+	if err != nil {
+		if !errors.Is(err, ErrClosed) && !predecessorGone(err) {
+			log.Warn("sibling refused", zap.String("event", "handoff.conns_refused"), zap.Int("received", 0), zap.Error(err))
+			c.send(&frame{Type: typeError, Code: code(err), Message: err.Error()}, nil)
+		}
+		c.Close()
+		return
+	}
+	receiveConns(c, l.handlers, log)
+}
+
+// greet checks the sibling's credentials and hello, and answers.
+func (l *ConnListener) greet(c *conn) error {
+	cred, err := c.peerCred()
+	if err != nil {
+		return err
+	}
+	if err := allowed(cred, l.cfg.AllowUIDs); err != nil {
+		return err
+	}
+	f, _, err := c.recv(0)
+	if err != nil {
+		return err
+	}
+	if err := expect(f, typeHello); err != nil {
+		return err
+	}
+	if f.Role != roleSibling {
+		return &FrameError{Type: typeHello, Err: ErrProtocol, Detail: "role " + f.Role + ", want " + roleSibling}
+	}
+	v, err := agree(f)
+	if err == nil && v < 2 {
+		err = &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("sibling speaks version %d; connections need 2", v)}
+	}
+	if err != nil {
+		return err
+	}
+	return c.send(&frame{Type: typeHello, Version: v, Role: roleSibling, PID: os.Getpid(), UID: uint32(os.Geteuid()), Takes: l.takes}, nil)
+}
+
+// DialConns connects to the ConnListener serving path, checks its
+// credentials, and returns a sender for the connections of the listeners
+// it takes (ConnSender.Takes). ctx bounds the connect and the hellos.
+func DialConns(ctx context.Context, path string, cfg ConnsConfig) (*ConnSender, error) {
+	cfg.defaults()
+	opErr := func(err error) error {
+		return &net.OpError{Op: "dial conns", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: err}
+	}
+	if err := checkPath(path); err != nil {
+		return nil, opErr(err)
+	}
+	if err := checkDir(path); err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	nc, ok, err := dial(dctx, path)
+	if err == nil && !ok {
+		err = fmt.Errorf("nobody serves it: %w", ErrNotTaken)
+	}
+	if err != nil {
+		return nil, opErr(err)
+	}
+	c, err := newConn(nc, cfg.Timeout)
+	if err != nil {
+		nc.Close()
+		return nil, opErr(err)
+	}
+	s, err := dialConns(ctx, c, cfg)
+	if err != nil {
+		c.Close()
+		return nil, opErr(err)
+	}
+	s.opErr = opErr
+	return s, nil
+}
+
+func dialConns(ctx context.Context, c *conn, cfg ConnsConfig) (*ConnSender, error) {
+	defer c.bind(ctx)()
+	cred, err := c.peerCred()
+	if err != nil {
+		return nil, err
+	}
+	if err := allowed(cred, cfg.AllowUIDs); err != nil {
+		return nil, err
+	}
+	if err := c.send(&frame{Type: typeHello, Version: baseVersion, MaxVersion: Version, Role: roleSibling, PID: os.Getpid(), UID: uint32(os.Geteuid())}, nil); err != nil {
+		return nil, err
+	}
+	f, _, err := c.recv(0)
+	if err != nil {
+		return nil, err
+	}
+	if err := expect(f, typeHello); err != nil {
+		return nil, err
+	}
+	if f.Version < 2 || f.Version > Version || f.Role != roleSibling {
+		return nil, &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("receiver answers version %d role %q", f.Version, f.Role)}
+	}
+	cfg.Logger.Debug("connected to a sibling", zap.String("event", "handoff.sibling_connected"), zap.Int32("peer_pid", cred.Pid), zap.Strings("takes", f.Takes))
+	return &ConnSender{c: c, takes: f.Takes, log: cfg.Logger}, nil
+}

@@ -1,0 +1,97 @@
+package zerodrop_test
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+)
+
+// TestServePoolRolls runs 256 keep-alive clients posting non-retryable
+// requests against a SO_REUSEPORT pool of two workers built on Serve with
+// Options.Pool, and rolls it: a replacement starts, then the worker it
+// replaces is stopped (SIGTERM). Each stopped worker passes its connections
+// to the newest sibling, so no request fails and no client connects again:
+// 256 dials in all. CI runs 10 rolls; ZD_POOL_ROLLS=100 runs more.
+func TestServePoolRolls(t *testing.T) {
+	const clients = 256
+	rolls := 10
+	if n, err := strconv.Atoi(os.Getenv("ZD_POOL_ROLLS")); err == nil && n > 0 && n <= 1000 {
+		rolls = n
+	}
+	netnstest.Run(t, netnstest.Options{MigrateReq: 1}, func(t *testing.T) {
+		bin := netnstest.ExecutableCopy(t)
+		pool := t.TempDir()
+		addr := "127.0.0.1:8080"
+		env := []string{"ZERODROP_TEST_HELPER=generation", "ZD_POOL=" + pool, "ZD_ADDR=" + addr}
+		counters := netnstest.Snapshot(t)
+		type worker struct {
+			s   *netnstest.Subreaped
+			pid int
+		}
+		start := func() worker {
+			s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
+			return worker{s, servingPID(t, s.Expect(t, "serving 1 "))}
+		}
+		handedOver, idleClosed := 0, 0
+		stop := func(w worker) {
+			if err := syscall.Kill(w.pid, syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			rep := strings.Fields(w.s.Expect(t, "report 1 "))
+			if ws := w.s.Reap(t, w.pid, 30*time.Second); ws.ExitStatus() != 0 {
+				t.Errorf("worker %d exited with %v", w.pid, ws)
+			}
+			if len(rep) > 6 {
+				n, _ := strconv.Atoi(rep[5])
+				idleClosed += n
+				n, _ = strconv.Atoi(rep[6])
+				handedOver += n
+			}
+		}
+		slots := []worker{start(), start()}
+		p := startKAPool(t, "http://"+addr+"/", clients)
+		total := func() int {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			n := 0
+			for _, a := range p.answered {
+				n += a
+			}
+			return n
+		}
+		waitAnswered(t, 0, 2*clients, total)
+		t0 := time.Now()
+		for r := range rolls {
+			i := r % len(slots)
+			next := start()
+			stop(slots[i])
+			slots[i] = next
+			waitAnswered(t, next.pid, total()+clients/2, total)
+		}
+		took := time.Since(t0)
+		failed, byClass, first := p.stop()
+		for _, w := range slots {
+			stop(w)
+		}
+		d := counters.Delta(t, "Tcp.OutRsts", "Tcp.ActiveOpens")
+		t.Logf("%d clients, %d rolls in %v: %d failed %v (first: %v); %d dials; the stopped workers handed over %d connections and closed %d idle; counters %v",
+			clients, rolls, took.Round(time.Millisecond), failed, byClass, first, p.dials.Load(), handedOver, idleClosed, d)
+		if failed > 0 {
+			t.Errorf("%d requests failed %v (first: %v), want 0", failed, byClass, first)
+		}
+		if n := p.dials.Load(); n != clients {
+			t.Errorf("%d dials for %d clients: a connection was closed under a client", n, clients)
+		}
+		if handedOver == 0 {
+			t.Error("no connection handed over")
+		}
+		if ents, _ := os.ReadDir(pool); len(ents) != 0 {
+			t.Errorf("the pool directory still holds %d entries after every worker stopped", len(ents))
+		}
+	})
+}
