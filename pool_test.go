@@ -17,6 +17,8 @@ import (
 // replaces is stopped (SIGTERM). Each stopped worker passes its connections
 // to the newest sibling, so no request fails and no client connects again:
 // 256 dials in all. CI runs 10 rolls; ZD_POOL_ROLLS=100 runs more.
+// ZD_POOL_OFF=1 runs the rolls without Options.Pool, for comparison: no
+// failure expected (IdleGrace), but the clients reconnect.
 func TestServePoolRolls(t *testing.T) {
 	const clients = 256
 	rolls := 10
@@ -27,7 +29,11 @@ func TestServePoolRolls(t *testing.T) {
 		bin := netnstest.ExecutableCopy(t)
 		pool := t.TempDir()
 		addr := "127.0.0.1:8080"
-		env := []string{"ZERODROP_TEST_HELPER=generation", "ZD_POOL=" + pool, "ZD_ADDR=" + addr}
+		env := []string{"ZERODROP_TEST_HELPER=generation", "ZD_ADDR=" + addr}
+		off := os.Getenv("ZD_POOL_OFF") != ""
+		if !off {
+			env = append(env, "ZD_POOL="+pool)
+		}
 		counters := netnstest.Snapshot(t)
 		type worker struct {
 			s   *netnstest.Subreaped
@@ -83,6 +89,9 @@ func TestServePoolRolls(t *testing.T) {
 			clients, rolls, took.Round(time.Millisecond), failed, byClass, first, p.dials.Load(), handedOver, idleClosed, d)
 		if failed > 0 {
 			t.Errorf("%d requests failed %v (first: %v), want 0", failed, byClass, first)
+		}
+		if off {
+			return
 		}
 		if n := p.dials.Load(); n != clients {
 			t.Errorf("%d dials for %d clients: a connection was closed under a client", n, clients)
