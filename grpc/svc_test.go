@@ -32,7 +32,6 @@ const (
 // and hands the others (the health service's) to the proto codec.
 type rawCodec struct{}
 
-
 func (rawCodec) Name() string { return codecName }
 
 func (rawCodec) Marshal(v any) ([]byte, error) {
