@@ -1,13 +1,28 @@
 module github.com/zerodrop/zerodrop/examples
 
-go 1.24.0
+go 1.25.0
+
+// As in go.work: 1.25's containermaxprocs and updatemaxprocs keep cgroup
+// files open from process start, which examples/systemd's helpers must not
+// inherit.
+godebug (
+	containermaxprocs=0
+	updatemaxprocs=0
+)
 
 require (
 	github.com/gorilla/websocket v1.5.3
 	github.com/zerodrop/zerodrop v0.0.0
 	github.com/zerodrop/zerodrop/stats/promstats v0.0.0-00010101000000-000000000000
 	go.uber.org/zap v1.28.0
-	golang.org/x/sys v0.40.0
+	golang.org/x/sys v0.42.0
+	google.golang.org/grpc v1.81.1
+)
+
+require (
+	golang.org/x/net v0.51.0 // indirect
+	golang.org/x/text v0.34.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260226221140-a57be14db171 // indirect
 )
 
 require (
@@ -18,13 +33,16 @@ require (
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.66.1 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
+	github.com/zerodrop/zerodrop/grpc v0.0.0
 	go.uber.org/goleak v1.3.0 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
-	google.golang.org/protobuf v1.36.8 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
 )
 
 // Built against this tree, not a release.
 replace github.com/zerodrop/zerodrop => ..
 
 replace github.com/zerodrop/zerodrop/stats/promstats => ../stats/promstats
+
+replace github.com/zerodrop/zerodrop/grpc => ../grpc

@@ -1,0 +1,57 @@
+// Package grpcdrain drains a grpc-go server without losing an RPC, and runs
+// it as one generation of a service upgraded through package handoff.
+//
+// It is a module of its own (github.com/zerodrop/zerodrop/grpc), so that
+// users of the core module never download grpc-go. The package is named
+// grpcdrain, not grpc, so that it does not shadow google.golang.org/grpc in
+// the files that use both: it is to a *grpc.Server what package drain is to
+// an *http.Server.
+//
+// # The phases
+//
+// grpc.Server.GracefulStop alone closes its listeners (a plain close: with
+// no reuseport sibling and migration the accept queue is reset), closes
+// every connection it accepted but had not begun to serve, and then waits
+// for every RPC, a stream that never ends included (grpc-go #2448).
+// Server.Shutdown runs, each phase bounded by its ctx:
+//
+//  1. The health service (grpc.health.v1, package
+//     google.golang.org/grpc/health) answers NOT_SERVING for every
+//     service, the whole server ("") included, and keeps serving for
+//     Config.Delay, so that load balancers move first.
+//  2. Every listener stops without losing its queue (drain.Listener.Stop:
+//     released to a successor after a handoff, migrated to reuseport
+//     siblings, or accepted until empty), and every connection accepted
+//     is handed to gRPC, which begins its handshake.
+//  3. Health watches end (a last NOT_SERVING, then status OK), and
+//     GracefulStop sends every connection a GOAWAY (grpc-go's two-step one:
+//     a first GOAWAY and a PING, then the last stream id), so streams in
+//     flight finish and clients open new ones on another connection.
+//  4. At the deadline, the RPCs still in flight are named in the report
+//     (Report.Forced) and Stop ends them; connections still in their
+//     handshake are closed.
+//
+// RPCs are counted by a stats.Handler that New installs (it is chained with
+// any the caller passes). The report also carries each listener's
+// drain.Report.
+//
+// # Generations
+//
+// Serve composes the pieces as zerodrop.Serve does for an http.Server:
+// listeners inherited through handoff, else activated by systemd, else
+// fresh reuseport sockets; readiness told to the predecessor and systemd;
+// an upgrade signal starts a successor; the drain runs when the successor
+// is ready, on a stop signal or when ctx ends. It takes zerodrop.Options.
+// zerodrop.Serve has no hook to serve something else than an http.Server,
+// hence this copy of its composition.
+//
+// A client that checks health on its own connections (a grpc-go
+// healthCheckConfig) sees NOT_SERVING from the start of the drain, also
+// when a successor took over through handoff: with a single address, it
+// waits for a new connection, which reaches the successor.
+//
+// # Kernel requirements
+//
+// Those of package drain (Linux; sock_diag). MPTCP listeners are refused:
+// use reuseport.Listen or net.ListenConfig.SetMultipathTCP(false).
+package grpcdrain
