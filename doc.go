@@ -26,5 +26,8 @@
 // sends READY=1, MAINPID= after a reload, STOPPING=1 at a stop, and the
 // watchdog pings systemd asks for.
 //
-// The module is Linux-only.
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package zerodrop

@@ -225,4 +225,9 @@
 // socket (see Ownership). MPTCP listeners
 // (Go's default for net.Listen since 1.24) are refused: use
 // net.ListenConfig.SetMultipathTCP(false) or reuseport.Listen.
+//
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package drain

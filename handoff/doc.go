@@ -251,4 +251,9 @@
 // MSG_CMSG_CLOEXEC 2.6.23+. No capability is needed; an fd passed keeps its
 // creator's UID, which is what the kernel compares when a reuseport group is
 // joined.
+//
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package handoff

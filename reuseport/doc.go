@@ -79,4 +79,9 @@
 // SO_REUSEPORT needs Linux 3.9; tcp_migrate_req 5.14; the CPU preference 6.1;
 // reading another process's member CPU pidfd_getfd (5.6). Everything here reads the network namespace of the
 // calling thread.
+//
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package reuseport

@@ -53,6 +53,21 @@ func TestBuild(t *testing.T) {
 	if gs[0].Member(99) != nil {
 		t.Error("Member(99) found a member")
 	}
+	// Past 8 groups build looks them up by map: 12 ports of 2 members each,
+	// interleaved.
+	var many []sockdiag.Listener
+	for i := range 24 {
+		many = append(many, sockdiag.Listener{Addr: netip.AddrPortFrom(netip.MustParseAddr("10.0.0.1"), uint16(100+i%12)), Inode: uint64(1000 - i)})
+	}
+	mgs := build(7, many, func(x netip.AddrPort) (netip.AddrPort, bool) { return x, true })
+	if len(mgs) != 12 {
+		t.Fatalf("%d groups of 12 ports, want 12", len(mgs))
+	}
+	for i, g := range mgs {
+		if g.Addr.Port() != uint16(100+i) || len(g.Members) != 2 || g.Members[0].Inode > g.Members[1].Inode {
+			t.Errorf("group %d: %s with %+v, want port %d with 2 members by inode", i, g.Addr, g.Members, 100+i)
+		}
+	}
 	// One key for every match: the group of one address.
 	one := build(7, ls, func(x netip.AddrPort) (netip.AddrPort, bool) { return a, x.Port() == 8080 })
 	if len(one) != 1 || one[0].Addr != a || len(one[0].Members) != 3 {

@@ -147,15 +147,15 @@ func inspectOne(ctx context.Context, ap netip.AddrPort, match func(netip.AddrPor
 	if ap.Port() == 0 {
 		return nil, ErrPortZero
 	}
-	g := &Group{Addr: ap}
-	gs, err := inspect(ctx, ap.Port(), func(a netip.AddrPort) (netip.AddrPort, bool) { return ap, match(a) }, full, &g.NetNS)
+	var ns uint64
+	gs, err := inspect(ctx, ap.Port(), func(a netip.AddrPort) (netip.AddrPort, bool) { return ap, match(a) }, full, &ns)
 	if err != nil {
 		return nil, err
 	}
-	if len(gs) > 0 {
-		g = gs[0]
+	if len(gs) == 0 {
+		return &Group{Addr: ap, NetNS: ns}, nil
 	}
-	return g, nil
+	return gs[0], nil
 }
 
 // inspect is the one group builder: it dumps the listeners on port and puts
@@ -215,18 +215,36 @@ func scanHolders(ctx context.Context, gs []*Group) error {
 // build groups listeners by key, groups sorted by port then address, members
 // by inode.
 func build(ns uint64, ls []sockdiag.Listener, key func(netip.AddrPort) (netip.AddrPort, bool)) []*Group {
-	byAddr := map[netip.AddrPort]*Group{}
 	var gs []*Group
-	for _, l := range ls {
+	var byAddr map[netip.AddrPort]*Group // past a few groups (doctor's every port)
+	find := func(k netip.AddrPort) *Group {
+		if byAddr != nil {
+			return byAddr[k]
+		}
+		for _, g := range gs {
+			if g.Addr == k {
+				return g
+			}
+		}
+		return nil
+	}
+	for i, l := range ls {
 		k, ok := key(l.Addr)
 		if !ok {
 			continue
 		}
-		g := byAddr[k]
+		g := find(k)
 		if g == nil {
-			g = &Group{Addr: k, NetNS: ns}
-			byAddr[k] = g
+			g = &Group{Addr: k, NetNS: ns, Members: make([]Member, 0, min(len(ls)-i, 8))}
 			gs = append(gs, g)
+			if byAddr == nil && len(gs) > 8 {
+				byAddr = make(map[netip.AddrPort]*Group, 2*len(gs))
+				for _, g := range gs {
+					byAddr[g.Addr] = g
+				}
+			} else if byAddr != nil {
+				byAddr[k] = g
+			}
 		}
 		g.Members = append(g.Members, Member{Addr: l.Addr, Inode: l.Inode, UID: l.UID, Queue: l.Queue, Backlog: l.Backlog, Cookie: l.Cookie, CPU: CPUUnknown})
 	}

@@ -42,4 +42,9 @@
 // Linux. The counters are namespace-wide: every listener in the namespace
 // moves them, not only the ones the Hub heard of. TCPMigrateReq* needs 5.14;
 // on older kernels they read 0 and MigrateReq is unknown.
+//
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package stats

@@ -68,4 +68,9 @@
 // and SCM_RIGHTS; FDNAME= needs systemd 227+, FDSTOREREMOVE= 236+,
 // MONOTONIC_USEC (Type=notify-reload) 253+, FileDescriptorStorePreserve= 254+.
 // The package never installs signal handlers or exits.
+//
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package systemd

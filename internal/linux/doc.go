@@ -5,4 +5,9 @@
 // /proc/thread-self), with the goroutine locked to its thread while it does, so a
 // test or a program that moves threads between namespaces gets the namespace it
 // asked for.
+//
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package linux

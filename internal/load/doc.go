@@ -42,4 +42,9 @@
 // None beyond a reachable server: no privileges, any OS. The default dialer is
 // plain TCP, like Go's: an MPTCP client would change what the kernel does when a
 // listener closes (see KERNEL.md).
+//
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package load

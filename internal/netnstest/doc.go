@@ -21,4 +21,9 @@
 // TcpExt/Tcp snapshots and gives deltas. CheckLeaks compares the process's fd and
 // goroutine counts before and after a test. Helper processes are re-executions of
 // the test binary (see RegisterHelper and StartHelper), ended by the test.
+//
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package netnstest

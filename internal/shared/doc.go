@@ -11,4 +11,9 @@
 // marked fd is marked too. Marks live for the process's life unless Unmark
 // removes them; socket inodes are not reused while a process lives in
 // practice (they come from a 64-bit counter).
+//
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package shared

@@ -36,6 +36,10 @@
 //
 // Linux 3.3 (inet_diag_req_v2 and SOCK_DIAG_BY_FAMILY); NetNS needs 3.17
 // (/proc/thread-self), Handshakes 4.4 (request sockets in the established
-// hash), IncomingCPU 5.6 (pidfd_getfd). On other systems every function returns an error
-// wrapping errors.ErrUnsupported.
+// hash), IncomingCPU 5.6 (pidfd_getfd).
+//
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package sockdiag

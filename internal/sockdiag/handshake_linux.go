@@ -2,9 +2,19 @@ package sockdiag
 
 import (
 	"fmt"
+	"net/netip"
 
 	"golang.org/x/sys/unix"
 )
+
+// Handshake is a TCP handshake in progress: a request socket (the kernel's
+// NEW_SYN_RECV state, reported by inet_diag as SYN_RECV) created when a SYN
+// reached a listener and kept until the client's ACK makes it a connection in
+// that listener's accept queue.
+type Handshake struct {
+	Addr   netip.AddrPort // local address: the listener's address and port
+	Cookie uint64         // the request socket's own cookie, unique while it lives
+}
 
 // Handshakes dumps the handshakes in progress on local port (0: every port)
 // in the calling thread's network namespace, IPv4 first. inet_diag does not

@@ -58,4 +58,9 @@
 // overlayfs and clone3's CLONE_INTO_CGROUP (Linux 5.7), and the systemd and
 // util-linux packages. Without them Boot skips, or fails with the reason
 // under ZERODROP_REQUIRE_PRIVILEGED=1.
+//
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package sysdbox

@@ -53,4 +53,9 @@
 // them the errors match ErrPermission (and os.ErrPermission) or ErrNoBPFFS.
 // MPTCP listeners cannot run reuseport programs (EOPNOTSUPP): Join refuses them
 // with an error matching reuseport.ErrNotSupported. TCP only.
+//
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package steer

@@ -48,4 +48,9 @@
 // and the sysctl, and sends one sock_diag dump per configured group. The
 // kernel figures are those of the network namespace of the thread that
 // scrapes.
+//
+// # Platform
+//
+// Linux only, as all of zerodrop: on another system the build stops with
+// "undefined: zerodrop_supports_Linux_only" (zerodrop_other.go).
 package promstats

@@ -1,7 +1,3 @@
-// Package neterr builds the *net.OpError that zerodrop's public operations
-// return: op, network and address set once, the cause wrapped with %w
-// semantics (errors.Is and errors.As see through it). Linux only, as the
-// whole module.
 package neterr
 
 import (
