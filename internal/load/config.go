@@ -46,6 +46,18 @@ type Config struct {
 	// hand-written client that never retries.
 	Transport bool
 
+	// Pool, when positive, makes the run a sparse keep-alive pool: this
+	// many clients, each with a net/http Transport of its own that keeps
+	// one connection, each sending a POST (with a body and no GetBody, so
+	// never retried) at random intervals in [PoolMin, PoolMax], open loop,
+	// idle in between. Concurrency, Rate, KeepAlive and Transport do not
+	// apply; Requests and Duration do.
+	Pool int
+
+	// PoolMin and PoolMax bound a pool client's interval between two
+	// requests (default 50 ms and 500 ms).
+	PoolMin, PoolMax time.Duration
+
 	// Header names a response header (such as "X-Generation") whose values
 	// are counted over ok replies, in total and per bucket.
 	Header string
@@ -73,8 +85,18 @@ func (c Config) withDefaults() (Config, *url.URL, error) {
 		return c, nil, fmt.Errorf("load: URL %q: want http://host:port/path", c.URL)
 	}
 	if c.Concurrency < 0 || c.Rate < 0 || c.Duration < 0 || c.Requests < 0 ||
-		c.Timeout < 0 || c.Bucket < 0 || c.Window < 0 {
+		c.Timeout < 0 || c.Bucket < 0 || c.Window < 0 || c.Pool < 0 || c.PoolMin < 0 || c.PoolMax < 0 {
 		return c, nil, errors.New("load: negative value in Config")
+	}
+	if c.Pool > 0 {
+		if c.Rate > 0 {
+			return c, nil, errors.New("load: Pool and Rate both set")
+		}
+		c.PoolMin = orDefault(c.PoolMin, 50*time.Millisecond)
+		c.PoolMax = orDefault(c.PoolMax, 500*time.Millisecond)
+		if c.PoolMax < c.PoolMin {
+			return c, nil, fmt.Errorf("load: PoolMax %v below PoolMin %v", c.PoolMax, c.PoolMin)
+		}
 	}
 	switch {
 	case c.Concurrency > 0:

@@ -11,6 +11,16 @@
 // accept queues and only new connections exercise them; Config.KeepAlive reuses
 // connections instead.
 //
+// Config.Pool runs a sparse keep-alive pool instead, the way a reverse proxy's
+// upstream connections look to a server: that many clients, each with a
+// net/http Transport of its own holding one connection, each sending a POST
+// (GetBody nil, so the Transport never retries it) at random intervals
+// between Config.PoolMin and Config.PoolMax, open loop, its connection idle
+// in between. A server that closes an idle connection races the client's
+// next request on it; one that keeps it (or hands it to its successor) is
+// never dialled again. Result.Dials counts the connections every mode
+// opened: in a pool, Dials - Pool are reconnections.
+//
 // The default client is written by hand on a [net.Dialer]: it writes a minimal
 // request, parses the reply with [net/http.ReadResponse] and never retries, so
 // every failure the server causes is counted. Config.Transport uses

@@ -3,6 +3,7 @@ package load
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +13,9 @@ import (
 // concurrent use: Mark and Count are meant to be called while Run runs.
 type Generator struct {
 	cfg    Config
-	client client
+	client client // nil with Config.Pool
+	pool   *pool  // nil without Config.Pool
+	dials  atomic.Int64
 	rec    *recorder
 	ran    atomic.Bool
 	sent   atomic.Int64 // requests started, for Config.Requests
@@ -25,7 +28,19 @@ func New(cfg Config) (*Generator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Generator{cfg: cfg, client: newClient(cfg, u), rec: newRecorder(cfg.Bucket, cfg.Window)}, nil
+	g := &Generator{rec: newRecorder(cfg.Bucket, cfg.Window)}
+	dial := cfg.Dial
+	cfg.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
+		g.dials.Add(1)
+		return dial(ctx, network, address)
+	}
+	g.cfg = cfg
+	if cfg.Pool > 0 {
+		g.pool = newPool(cfg, u)
+	} else {
+		g.client = newClient(cfg, u)
+	}
+	return g, nil
 }
 
 // Mark records an event, such as "restart", at the current time of the run.
@@ -53,14 +68,22 @@ func (g *Generator) Run(ctx context.Context) (*Result, error) {
 	defer cancel()
 
 	var wg sync.WaitGroup
-	if g.cfg.Rate > 0 {
+	switch {
+	case g.pool != nil:
+		g.poolLoop(ctx, sending, &wg)
+	case g.cfg.Rate > 0:
 		g.openLoop(ctx, sending, &wg)
-	} else {
+	default:
 		g.closedLoop(ctx, sending, &wg)
 	}
 	wg.Wait()
-	g.client.close()
+	if g.pool != nil {
+		g.pool.close()
+	} else {
+		g.client.close()
+	}
 	res := g.rec.result()
+	res.Pool, res.Dials = g.cfg.Pool, g.dials.Load()
 	if ended(ctx) {
 		<-ctx.Done() // its deadline has passed: the timer is about to fire
 		return res, ctx.Err()
@@ -77,7 +100,7 @@ func (g *Generator) closedLoop(ctx, sending context.Context, wg *sync.WaitGroup)
 			defer wg.Done()
 			for !ended(sending) && g.take() {
 				at := time.Since(g.start)
-				g.one(ctx, g.rec.begin(at), at)
+				g.one(ctx, g.rec.begin(at), at, g.client.do)
 			}
 		}()
 	}
@@ -114,7 +137,7 @@ func (g *Generator) openLoop(ctx, sending context.Context, wg *sync.WaitGroup) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			g.one(ctx, i, due)
+			g.one(ctx, i, due, g.client.do)
 			<-slots
 		}()
 	}
@@ -125,11 +148,11 @@ func (g *Generator) take() bool {
 	return g.cfg.Requests == 0 || g.sent.Add(1) <= g.cfg.Requests
 }
 
-// one sends a request begun in bucket i at offset at, and records it unless
-// ctx ended.
-func (g *Generator) one(ctx context.Context, i int, at time.Duration) {
+// one sends a request with do, begun in bucket i at offset at, and records
+// it unless ctx ended.
+func (g *Generator) one(ctx context.Context, i int, at time.Duration, do func(context.Context) (string, error)) {
 	rctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
-	hv, err := g.client.do(rctx)
+	hv, err := do(rctx)
 	cancel()
 	if ended(ctx) {
 		g.rec.abort(i)

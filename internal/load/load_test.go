@@ -59,6 +59,16 @@ func TestOK(t *testing.T) {
 				t.Fatalf("requests %d failed %d headers %v errors %v; want 50 ok from generation 7",
 					res.Requests, res.Failed, res.Headers, res.Errors)
 			}
+			// One dial per request; kept alive, the raw client holds at
+			// most one connection per worker (the Transport's dial race
+			// may open a few more).
+			maxDials := int64(50)
+			if m.keepAlive && !m.transport {
+				maxDials = 4
+			}
+			if res.Dials < 1 || res.Dials > maxDials || !m.keepAlive && res.Dials != 50 {
+				t.Errorf("%d dials for 50 requests by 4 workers, keep-alive %v", res.Dials, m.keepAlive)
+			}
 			if res.P99MS <= 0 || res.MaxMS < res.P99MS || res.P99MS < res.P50MS {
 				t.Errorf("p50 %v p99 %v max %v", res.P50MS, res.P99MS, res.MaxMS)
 			}

@@ -21,6 +21,13 @@ type Result struct {
 	P99MSRestart  float64         `json:"p99_ms_restart"`
 	MaxMSRestart  float64         `json:"max_ms_restart"`
 
+	// Pool is Config.Pool: the clients of a pool run, 0 otherwise.
+	Pool int `json:"pool,omitempty"`
+	// Dials counts the connections the clients opened, failed ones
+	// included. In a pool run every client dials once unless the server
+	// closes its connection: Dials - Pool are reconnections.
+	Dials int64 `json:"dials"`
+
 	// Headers counts ok replies by the value of Config.Header.
 	Headers map[string]int64 `json:"headers,omitempty"`
 

@@ -39,6 +39,17 @@
 // the output directory, one JSON file and one SVG plot per run, and
 // results.md and results.json with a table per contender.
 //
+// With -pool N the load is a sparse keep-alive pool instead (load.Config.Pool),
+// the way a reverse proxy's upstream connections look to a server: N clients,
+// each on one keep-alive connection of its own, each sending a non-retryable
+// POST at random intervals in -pool-interval (default 50ms-500ms), idle in
+// between; -c is then ignored. Every error counts as failed, and the clients'
+// dials are counted: results.md adds a table of failed requests and
+// reconnects per restart ((dials - N) / restarts per repetition). zd-handoff
+// passes its connections to its successor (drain.Server.HandOver and
+// handoff.Upgrader.HandleConns, as zerodrop.Serve wires them); the other
+// contenders cannot, and their clients reconnect.
+//
 // A restart is one replacement: a worker of a SO_REUSEPORT pool rolled (the
 // pools have 4 workers, rolled round-robin), a process upgraded or
 // restarted, or one nginx reload.

@@ -26,7 +26,7 @@ type options struct {
 	reps        int
 	out         string
 	worker      string  // the worker binary; "" for zdworker beside this one, or this one
-	base        runSpec // Restarts, Period, Lead, Tail, Window, Timeout, KeepAlive, Rate
+	base        runSpec // Restarts, Period, Lead, Tail, Window, Timeout, KeepAlive, Rate, Pool*
 }
 
 func main() {
@@ -65,8 +65,21 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.base.Timeout, "timeout", 2*time.Second, "per-request timeout")
 	fs.BoolVar(&o.base.KeepAlive, "keepalive", false, "reuse connections instead of one per request")
 	fs.Float64Var(&o.base.Rate, "rate", 0, "open loop: this many requests per second (0: closed loop)")
+	fs.IntVar(&o.base.Pool, "pool", 0, "a sparse keep-alive pool of this many clients, each on one connection of its own, instead of -c")
+	interval := fs.String("pool-interval", "50ms-500ms", "with -pool: each client's interval between requests, `min-max`")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.base.Pool < 0 || o.base.Pool > 0 && o.base.Rate > 0 {
+		return o, errors.New("-pool must not be negative, nor set with -rate")
+	}
+	lo, hi, err := parseInterval(*interval)
+	if err != nil {
+		return o, fmt.Errorf("-pool-interval: %w", err)
+	}
+	if o.base.Pool > 0 {
+		o.base.PoolMin, o.base.PoolMax = lo, hi
+		*conc = strconv.Itoa(o.base.Pool)
 	}
 	for _, f := range strings.Split(*conc, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -87,6 +100,24 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-reps must be positive, -restarts not negative, -period positive")
 	}
 	return o, nil
+}
+
+// parseInterval parses "min-max", two durations with min <= max.
+func parseInterval(v string) (lo, hi time.Duration, err error) {
+	a, b, ok := strings.Cut(v, "-")
+	if !ok {
+		return 0, 0, fmt.Errorf("%q: want min-max, such as 50ms-500ms", v)
+	}
+	if lo, err = time.ParseDuration(a); err == nil {
+		hi, err = time.ParseDuration(b)
+	}
+	switch {
+	case err != nil:
+		return 0, 0, err
+	case lo <= 0 || hi < lo:
+		return 0, 0, fmt.Errorf("%q: want 0 < min <= max", v)
+	}
+	return lo, hi, nil
 }
 
 // workerName is the lean worker binary, cmd/zdworker. The worker modes that

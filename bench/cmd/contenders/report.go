@@ -40,8 +40,16 @@ type summary struct {
 	P99Restart    float64              `json:"p99_ms_restart"`
 	MaxRestart    float64              `json:"max_ms_restart"`
 	Counters      reuseport.Counters   `json:"counters"`
-	Skipped       string               `json:"skipped,omitempty"`
-	Errors        []string             `json:"errors,omitempty"`
+	// Pool is the clients of a keep-alive pool run (0 otherwise); Dials
+	// the connections they opened. Each client dials once unless the
+	// server closes its connection: ReconnectsPerRestart is (Dials - Pool
+	// per repetition) / Restarts.
+	Pool                 int      `json:"pool,omitempty"`
+	Dials                int64    `json:"dials"`
+	DialsPerRep          []int64  `json:"dials_per_rep"`
+	ReconnectsPerRestart float64  `json:"reconnects_per_restart"`
+	Skipped              string   `json:"skipped,omitempty"`
+	Errors               []string `json:"errors,omitempty"`
 }
 
 // summarize groups runs by contender and concurrency, in the order they ran.
@@ -90,6 +98,9 @@ func (s *summary) add(r runResult) {
 	s.Requests += r.Load.Requests
 	s.Failed += r.Load.Failed
 	s.FailedPerRep = append(s.FailedPerRep, r.Load.Failed)
+	s.Pool = r.Load.Pool
+	s.Dials += r.Load.Dials
+	s.DialsPerRep = append(s.DialsPerRep, r.Load.Dials)
 	for k, v := range r.Load.FailedByClass {
 		s.FailedByClass[k] += v
 	}
@@ -115,6 +126,9 @@ func (s *summary) finish(runs []runResult) {
 	s.RestartMS = median(took)
 	if len(took) > 0 {
 		s.RestartMSMax = slices.Max(took)
+	}
+	if s.Pool > 0 && s.Restarts > 0 {
+		s.ReconnectsPerRestart = float64(s.Dials-int64(s.Pool*len(s.DialsPerRep))) / float64(s.Restarts)
 	}
 }
 
@@ -148,6 +162,7 @@ func writeMarkdown(w io.Writer, rows []summary) {
 			classList(s.FailedByClass), s.P50Steady, s.P99Steady, s.MaxSteady,
 			s.P50Restart, s.P99Restart, s.MaxRestart, ratio)
 	}
+	writePool(w, rows)
 	fmt.Fprintln(w, "\nKernel counters, deltas summed over the repetitions (each run in its own namespace):")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| contender | c | MigrateReqSuccess | MigrateReqFailure | ListenOverflows | ListenDrops | Tcp.OutRsts | Tcp.EstabResets |")
@@ -173,6 +188,26 @@ func writeMarkdown(w io.Writer, rows []summary) {
 		for _, e := range s.Errors {
 			fmt.Fprintf(w, "- error, %s c=%d %s\n", s.Contender, s.Concurrency, e)
 		}
+	}
+}
+
+// writePool writes the table of the keep-alive pool runs, if any: failed
+// requests and the connections the clients opened again.
+func writePool(w io.Writer, rows []summary) {
+	head := false
+	for _, s := range rows {
+		if s.Skipped != "" || s.Pool == 0 {
+			continue
+		}
+		if !head {
+			head = true
+			fmt.Fprintln(w, "\nKeep-alive pool: each client dials once unless the server closes its connection; reconnects per restart = (dials - clients per repetition) / restarts:")
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "| contender | clients | restarts | failed (per rep) | dials (per rep) | reconnects per restart |")
+			fmt.Fprintln(w, "|---|---|---|---|---|---|")
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %d (%s) | %d (%s) | %.2f |\n", s.Contender, s.Pool, s.Restarts,
+			s.Failed, joinInts(s.FailedPerRep), s.Dials, joinInts(s.DialsPerRep), s.ReconnectsPerRestart)
 	}
 }
 
@@ -235,6 +270,9 @@ func progressLine(r runResult) string {
 	l := r.Load
 	line := fmt.Sprintf("%s %d restarts (median %.0f ms), %d requests, %d failed (%s), p99 steady %.2f ms, around restarts %.2f ms",
 		head, r.Restarts, median(r.RestartMS), l.Requests, l.Failed, classList(l.FailedByClass), l.P99MSSteady, l.P99MSRestart)
+	if l.Pool > 0 {
+		line += fmt.Sprintf(", %d dials by %d clients", l.Dials, l.Pool)
+	}
 	if r.Error != "" {
 		line += "; error: " + r.Error
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/zerodrop/zerodrop/internal/load"
 	"github.com/zerodrop/zerodrop/reuseport"
@@ -148,5 +149,63 @@ func TestParseFlags(t *testing.T) {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q): no error", bad)
 		}
+	}
+}
+
+func TestParsePoolFlags(t *testing.T) {
+	o, err := parseFlags([]string{"-c", "8", "-pool", "32", "-pool-interval", "10ms-20ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.concurrency) != 1 || o.concurrency[0] != 32 || o.base.Pool != 32 ||
+		o.base.PoolMin != 10*time.Millisecond || o.base.PoolMax != 20*time.Millisecond {
+		t.Errorf("options %+v; want one run of 32 clients at 10-20 ms", o)
+	}
+	if o, err := parseFlags(nil); err != nil || o.base.Pool != 0 || o.base.PoolMin != 0 {
+		t.Errorf("no -pool: %+v, %v; want no pool", o.base, err)
+	}
+	for _, bad := range [][]string{{"-pool", "-1"}, {"-pool", "4", "-rate", "10"},
+		{"-pool-interval", "50ms"}, {"-pool-interval", "500ms-50ms"}, {"-pool-interval", "0s-1s"}, {"-pool-interval", "x-1s"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("parseFlags(%q): no error", bad)
+		}
+	}
+}
+
+// A pool run's row counts the dials, and the reconnects per restart over
+// every repetition; the pool table lists only pool runs.
+func TestSummarizePool(t *testing.T) {
+	pooled := func(name string, rep int, dials int64) runResult {
+		r := fakeRun(name, 16, rep, 1, 1)
+		r.Load.Pool, r.Load.Dials = 16, dials
+		return r
+	}
+	rows := summarize([]runResult{pooled("zd-handoff", 1, 16), pooled("naive", 1, 176),
+		pooled("zd-handoff", 2, 16), pooled("naive", 2, 186), fakeRun("reuseport-m1", 16, 1, 0, 1)})
+	if len(rows) != 3 {
+		t.Fatalf("%d rows; want 3", len(rows))
+	}
+	if h, n := rows[0], rows[1]; h.Dials != 32 || h.ReconnectsPerRestart != 0 || n.Dials != 362 ||
+		n.ReconnectsPerRestart != 16.5 || joinInts(n.DialsPerRep) != "176/186" {
+		t.Errorf("zd-handoff %d dials, %v per restart; naive %d (%v), %v per restart; want 32, 0; 362 (176/186), 16.5",
+			h.Dials, h.ReconnectsPerRestart, n.Dials, n.DialsPerRep, n.ReconnectsPerRestart)
+	}
+	var md strings.Builder
+	writeMarkdown(&md, rows)
+	for _, want := range []string{
+		"| zd-handoff | 16 | 20 | 2 (1/1) | 32 (16/16) | 0.00 |",
+		"| naive | 16 | 20 | 2 (1/1) | 362 (176/186) | 16.50 |",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	if strings.Contains(md.String(), "| reuseport-m1 | 0 |") {
+		t.Errorf("a run without a pool in the pool table:\n%s", md.String())
+	}
+	var plain strings.Builder
+	writeMarkdown(&plain, rows[2:])
+	if strings.Contains(plain.String(), "Keep-alive pool") {
+		t.Errorf("a pool table without pool runs:\n%s", plain.String())
 	}
 }

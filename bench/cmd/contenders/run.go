@@ -29,6 +29,12 @@ type runSpec struct {
 	Timeout     time.Duration `json:"timeout_ns"`
 	KeepAlive   bool          `json:"keepalive"`
 	Rate        float64       `json:"rate,omitempty"` // open loop: requests per second
+	// Pool, when positive, is the number of clients of a sparse keep-alive
+	// pool (load.Config.Pool), each sending at intervals in [PoolMin,
+	// PoolMax]; Concurrency then equals it.
+	Pool    int           `json:"pool,omitempty"`
+	PoolMin time.Duration `json:"pool_min_ns,omitempty"`
+	PoolMax time.Duration `json:"pool_max_ns,omitempty"`
 }
 
 // maxDuration bounds a run: every restart may take as long as a worker may
@@ -112,7 +118,7 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	}
 	g, err := load.New(load.Config{URL: "http://" + env.addr + "/", Concurrency: s.Concurrency,
 		Rate: s.Rate, Duration: s.maxDuration(), Timeout: s.Timeout, KeepAlive: s.KeepAlive, Header: "X-Generation",
-		Window: s.Window})
+		Window: s.Window, Pool: s.Pool, PoolMin: s.PoolMin, PoolMax: s.PoolMax})
 	if err != nil {
 		c.stop(ctx)
 		return err

@@ -52,6 +52,54 @@ func TestRunContenders(t *testing.T) {
 	}
 }
 
+// A keep-alive pool through restarts: the handoff worker passes its
+// connections to its successor, so no request fails and no client dials
+// again; naive restarts close them, so the clients reconnect. Before the
+// handoff worker set drain.Server.HandOver, it dialled 16 per restart too.
+func TestRunPool(t *testing.T) {
+	const clients, restarts = 16, 3
+	for _, name := range []string{"zd-handoff", "naive"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+				s := runSpec{Contender: name, Concurrency: clients, Rep: 1, Restarts: restarts,
+					Period: 300 * time.Millisecond, Lead: 300 * time.Millisecond, Tail: 300 * time.Millisecond,
+					Window: 100 * time.Millisecond, Timeout: 2 * time.Second,
+					Pool: clients, PoolMin: 20 * time.Millisecond, PoolMax: 100 * time.Millisecond}
+				logs, err := os.CreateTemp(t.TempDir(), "workers")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer logs.Close()
+				res := runOne(t.Context(), s, logs)
+				if res.Error != "" || res.Load == nil {
+					out, _ := os.ReadFile(logs.Name())
+					t.Fatalf("run: %s; workers said:\n%s", res.Error, out)
+				}
+				l := res.Load
+				if res.Restarts != restarts || l.Pool != clients || l.Requests == 0 {
+					t.Fatalf("%d restarts, pool %d, %d requests; want %d, %d, some", res.Restarts, l.Pool, l.Requests, restarts, clients)
+				}
+				t.Logf("%d requests, %d failed %v, %d dials, counters %+v", l.Requests, l.Failed, l.Errors, l.Dials, res.Counters)
+				switch name {
+				case "zd-handoff":
+					if l.Failed != 0 || l.Dials != clients {
+						out, _ := os.ReadFile(logs.Name())
+						t.Errorf("%d failed %v, %d dials; want 0 failed and %d dials (no reconnect); workers said:\n%s",
+							l.Failed, l.Errors, l.Dials, clients, out)
+					}
+				case "naive":
+					// Every restart closes every connection: each client
+					// that sends again dials again.
+					if l.Dials <= clients {
+						t.Errorf("%d dials; want more than %d: the restarts close the connections", l.Dials, clients)
+					}
+				}
+			})
+		})
+	}
+}
+
 // fake is a contender whose restarts take a given time.
 type fake struct {
 	took     time.Duration

@@ -49,7 +49,12 @@ func serveCPU(ctx context.Context, w *Worker) error {
 
 // serveHandoff inherits its listener from its predecessor over the handoff
 // socket (or creates it, the first time), serves, calls Ready, and drains
-// once its successor is ready. The socket itself never closes.
+// once its successor is ready. Its keep-alive connections go to the
+// successor too, as zerodrop.Serve passes them: the drain hands each over
+// once it waits for its next request (drain.Server.HandOver, with
+// handoff.Upgrader.PassConns), and the connections the predecessor passes
+// are served here (HandleConns, registered before Ready). The socket itself
+// never closes.
 func serveHandoff(ctx context.Context, w *Worker) error {
 	u, err := handoff.New(ctx, handoff.Config{Path: filepath.Join(w.Dir, "handoff.sock")})
 	if err != nil {
@@ -57,8 +62,14 @@ func serveHandoff(ctx context.Context, w *Worker) error {
 	}
 	defer u.Close()
 	w.Gen = "h" + strconv.FormatUint(u.Generation(), 10)
-	ln, err := u.Listen(ctx, "http", "tcp", w.Addr)
+	ln, err := u.Listen(ctx, handoffName, "tcp", w.Addr)
 	if err != nil {
+		return err
+	}
+	ds := w.drainServer()
+	ds.HandOver = handOver(u, handoffName)
+	if err := u.HandleConns(handoffName, func(pc handoff.PassedConn) { ds.ServeConn(pc.Conn, pc.State) }); err != nil {
+		ln.Close()
 		return err
 	}
 	stop := make(chan struct{})
@@ -69,7 +80,25 @@ func serveHandoff(ctx context.Context, w *Worker) error {
 		}
 		close(stop)
 	}()
-	return w.ServeDrained(ln, u.Ready, stop)
+	return w.serveDrainedBy(ds, ln, u.Ready, stop)
+}
+
+// handoffName names the handoff worker's listener to its successor.
+const handoffName = "http"
+
+// handOver is a drain.Server.HandOver that passes the connections of the
+// listener name to a successor that takes them, as zerodrop.Serve's does.
+func handOver(u *handoff.Upgrader, name string) func(context.Context, []drain.Detached) (int, error) {
+	return func(ctx context.Context, conns []drain.Detached) (int, error) {
+		if !u.TakesConns(name) {
+			return 0, fmt.Errorf("no successor takes the connections of %s: %w", name, handoff.ErrNotTaken)
+		}
+		pcs := make([]handoff.PassedConn, len(conns))
+		for i, d := range conns {
+			pcs[i] = handoff.PassedConn{Listener: name, Conn: d.Conn, State: d.Unread}
+		}
+		return u.PassConns(ctx, pcs)
+	}
 }
 
 // serveSystemd is a service restarted by systemd with its listener in the fd
@@ -106,6 +135,12 @@ func serveSystemd(ctx context.Context, w *Worker) error {
 // ServeDrained serves ln with a drain.Server, calls ready, says it is ready,
 // and drains when stop closes.
 func (w *Worker) ServeDrained(ln net.Listener, ready func() error, stop <-chan struct{}, opts ...drain.Options) error {
+	return w.serveDrainedBy(w.drainServer(opts...), ln, ready, stop)
+}
+
+// drainServer returns the drain.Server of the Go contenders, with the
+// listener options opts[0] if given.
+func (w *Worker) drainServer(opts ...drain.Options) *drain.Server {
 	ds := &drain.Server{HTTP: w.NewServer(), OnReport: logNotable}
 	if len(opts) > 0 {
 		// drain.Server reports through its own OnReport (it clears the
@@ -115,6 +150,12 @@ func (w *Worker) ServeDrained(ln net.Listener, ready func() error, stop <-chan s
 			ds.OnReport = func(r *drain.Report) { logNotable(r); f(r) }
 		}
 	}
+	return ds
+}
+
+// serveDrainedBy serves ln with ds, calls ready, says it is ready, and
+// drains when stop closes.
+func (w *Worker) serveDrainedBy(ds *drain.Server, ln net.Listener, ready func() error, stop <-chan struct{}) error {
 	errc := make(chan error, 1)
 	go func() { errc <- ds.Serve(ln) }()
 	if err := ready(); err != nil {
@@ -149,13 +190,15 @@ func logNotStepOut(r *drain.Report) {
 // logNotable writes a drain report to stderr (the run's workers.log) when it
 // shows anything but a clean drain: connections not accounted for, failed
 // migrations, resets sent during the stop, errors, a step-out refused or
-// handshakes left in flight, connections closed without a request or at the
-// deadline.
+// handshakes left in flight, connections closed without a request, idle
+// (each a request its client may have had in flight) or at the deadline, a
+// connection handoff that stopped early or returned connections.
 func logNotable(r *drain.Report) {
 	h := r.HTTP
 	if r.Remainder == 0 && r.MigrateFailed == 0 && r.OutRsts == 0 && len(r.Errors) == 0 &&
 		r.StepOutRefused == "" && r.HandshakesLeft == 0 &&
-		(h == nil || (h.SilentClosed == 0 && len(h.Forced) == 0)) {
+		(h == nil || (h.SilentClosed == 0 && len(h.Forced) == 0 && h.IdleClosed == 0 &&
+			h.HandOverError == "" && h.HandOverReturned == 0)) {
 		return
 	}
 	b, _ := json.Marshal(r)
