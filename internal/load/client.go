@@ -172,7 +172,13 @@ func newHTTPClient(c Config, u *url.URL) *httpClient {
 }
 
 func (c *httpClient) do(ctx context.Context) (string, error) {
-	resp, err := c.tr.RoundTrip(c.req.WithContext(ctx))
+	return roundTrip(c.tr, c.req.WithContext(ctx), c.header)
+}
+
+// roundTrip sends req on tr, reads the whole reply and returns its header
+// named header; a status of 400 or above is a *statusError.
+func roundTrip(tr http.RoundTripper, req *http.Request, header string) (string, error) {
+	resp, err := tr.RoundTrip(req)
 	if err != nil {
 		return "", err
 	}
@@ -181,7 +187,7 @@ func (c *httpClient) do(ctx context.Context) (string, error) {
 	if err == nil && resp.StatusCode >= 400 {
 		err = &statusError{resp.StatusCode}
 	}
-	return resp.Header.Get(c.header), err
+	return resp.Header.Get(header), err
 }
 
 func (c *httpClient) close() { c.tr.CloseIdleConnections() }

@@ -60,16 +60,7 @@ func (m *member) do(ctx context.Context) (string, error) {
 		// never retries it on another connection.
 		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)),
 	}).WithContext(ctx)
-	resp, err := m.tr.RoundTrip(req)
-	if err != nil {
-		return "", err
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if err == nil && resp.StatusCode >= 400 {
-		err = &statusError{resp.StatusCode}
-	}
-	return resp.Header.Get(m.header), err
+	return roundTrip(m.tr, req, m.header)
 }
 
 func (p *pool) close() {
