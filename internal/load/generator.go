@@ -106,6 +106,22 @@ func (g *Generator) closedLoop(ctx, sending context.Context, wg *sync.WaitGroup)
 	}
 }
 
+// waitUntil waits, on t, until due after the start; false if sending ended
+// first.
+func (g *Generator) waitUntil(sending context.Context, t *time.Timer, due time.Duration) bool {
+	wait := due - time.Since(g.start)
+	if wait <= 0 {
+		return true
+	}
+	t.Reset(wait)
+	select {
+	case <-sending.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // openLoop sends requests at Config.Rate while sending lasts, each in its own
 // goroutine, at most Config.Concurrency at once. It returns when the last one
 // has started.
@@ -116,13 +132,8 @@ func (g *Generator) openLoop(ctx, sending context.Context, wg *sync.WaitGroup) {
 	defer t.Stop()
 	for n := time.Duration(0); g.take(); n++ {
 		due := n * interval
-		if wait := due - time.Since(g.start); wait > 0 {
-			t.Reset(wait)
-			select {
-			case <-sending.Done():
-				return
-			case <-t.C:
-			}
+		if !g.waitUntil(sending, t, due) {
+			return
 		}
 		if ended(sending) {
 			return

@@ -93,13 +93,8 @@ func (g *Generator) member(ctx, sending context.Context, m *member, seed uint64)
 	var due time.Duration
 	for {
 		due += g.cfg.PoolMin + time.Duration(r.Int64N(int64(g.cfg.PoolMax-g.cfg.PoolMin)+1))
-		if wait := due - time.Since(g.start); wait > 0 {
-			t.Reset(wait)
-			select {
-			case <-sending.Done():
-				return
-			case <-t.C:
-			}
+		if !g.waitUntil(sending, t, due) {
+			return
 		}
 		if ended(sending) || !g.take() {
 			return
