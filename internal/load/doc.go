@@ -1,6 +1,7 @@
 // Package load is the load client of the zerodrop benchmarks: it sends HTTP/1.1
-// (or HTTP/2) GET requests to one server, over TCP or TLS, classifies every outcome, and records every
-// latency on a timeline that callers mark with their own events (restarts).
+// (or HTTP/2) GET requests to one server, over TCP or TLS, classifies every
+// outcome, and records every latency on a timeline that callers mark with
+// their own events (restarts).
 //
 // # How it works
 //
