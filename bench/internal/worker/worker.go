@@ -48,6 +48,10 @@ const (
 	// inherit), has every Go worker log the connections net/http closes
 	// before they sent a request.
 	EnvTrace = "ZD_BENCH_TRACE"
+
+	// EnvReports, when set (in the harness's environment), has every
+	// zerodrop worker log each drain report, not only the notable ones.
+	EnvReports = "ZD_BENCH_REPORTS"
 )
 
 // ShutdownTimeout bounds a worker's graceful shutdown.

@@ -203,10 +203,11 @@ func logNotStepOut(r *drain.Report) {
 // migrations, resets sent during the stop, errors, a step-out refused or
 // handshakes left in flight, connections closed without a request, idle
 // (each a request its client may have had in flight) or at the deadline, a
-// connection handoff that stopped early or returned connections.
+// connection handoff that stopped early or returned connections; with
+// EnvReports set, always.
 func logNotable(r *drain.Report) {
 	h := r.HTTP
-	if r.Remainder == 0 && r.MigrateFailed == 0 && r.OutRsts == 0 && len(r.Errors) == 0 &&
+	if os.Getenv(EnvReports) == "" && r.Remainder == 0 && r.MigrateFailed == 0 && r.OutRsts == 0 && len(r.Errors) == 0 &&
 		r.StepOutRefused == "" && r.HandshakesLeft == 0 &&
 		(h == nil || (h.SilentClosed == 0 && len(h.Forced) == 0 && h.IdleClosed == 0 &&
 			h.HandOverError == "" && h.HandOverReturned == 0)) {
