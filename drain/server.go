@@ -101,6 +101,13 @@ type HTTPReport struct {
 	TLSPending         int `json:"tls_pending"`         // TLS connections whose handshake or first request was still to come when the listener stopped
 	TLSPendingServed   int `json:"tls_pending_served"`  // of those, served a request
 	HTTP2              int `json:"http2"`               // HTTP/2 connections open when the listener stopped, each told to go away
+	// GoAwayAcked is the HTTP/2 connections whose client acknowledged the
+	// first step of the shutdown (GOAWAY with the largest stream id and a
+	// PING) within NewConnGrace: none of their streams was refused.
+	// GoAwayUnacked is those whose ack did not come in time (or that closed
+	// first): net/http's GOAWAY may have refused a stream they opened.
+	GoAwayAcked   int `json:"goaway_acked"`
+	GoAwayUnacked int `json:"goaway_unacked"`
 	// IdleClosed is the keep-alive connections closed while idle, after
 	// IdleGrace: each is a request its client may have had in flight (sent
 	// as the close reached it), which it sees fail (EOF or reset).
@@ -206,6 +213,7 @@ func (s *Server) install() {
 	s.setup.Do(func() {
 		hs := s.HTTP
 		s.t = newTracker(hs)
+		s.t.hs = hs
 		h := hs.Handler
 		if h == nil {
 			h = http.DefaultServeMux
@@ -273,13 +281,15 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 		}
 	}
 	if !handOver {
-		s.t.closing.Store(true) // responses begun from now on say Connection: close
+		s.t.closing.Store(true) // responses begun from now on say Connection: close (HTTP/2: once the first step is acked)
 	}
+	s.t.goAway()
 	t0 := time.Now()
 	r, err := s.stopListener(ctx)
 	errs = append(errs, err)
 	h.StopTook = time.Since(t0)
 	h.TLSPending, h.HTTP2 = s.t.markPending()
+	h.GoAwayAcked, h.GoAwayUnacked = s.t.awaitGoAway(ctx, orDefault(s.NewConnGrace, time.Second))
 	if handOver {
 		var herr error
 		h.HandedOver, h.HandOverReturned, herr = s.handOver(ctx, orDefault(s.HandOverGrace, 5*time.Second))
