@@ -11,9 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,8 +53,8 @@ func TestUpgradeHTTPS(t *testing.T) {
 		sock := filepath.Join(t.TempDir(), "run", "handoff.sock")
 		cert := filepath.Join(filepath.Dir(sock), "cert.pem")
 		// A fixed port is safe: the namespace is the test's own.
-		s := &server{netnstest.StartSubreaped(t, bin, nil, "-addr", "127.0.0.1:8443", "-socket", sock, "-grace", "20s")}
-		pids := []int{s.serving(t, 1)}
+		s := netnstest.StartSubreaped(t, bin, nil, "-addr", "127.0.0.1:8443", "-socket", sock, "-grace", "20s")
+		pids := []int{s.ExpectPID(t, "generation 1 serving ")}
 		s.Expect(t, "try: curl --http2 --cacert "+cert+" https://127.0.0.1:8443/")
 		const url = "https://127.0.0.1:8443/"
 		counters := netnstest.Snapshot(t)
@@ -70,11 +68,7 @@ func TestUpgradeHTTPS(t *testing.T) {
 		last := n + 1
 		start := time.Now()
 		for gen := 2; gen <= last; gen++ {
-			if err := syscall.Kill(pids[len(pids)-1], syscall.SIGHUP); err != nil {
-				t.Fatal(err)
-			}
-			pids = append(pids, s.serving(t, gen))
-			s.Expect(t, fmt.Sprintf("generation %d stopped: release", gen-1))
+			pids = s.Upgrade(t, pids, fmt.Sprintf("generation %d serving ", gen), fmt.Sprintf("generation %d stopped: release", gen-1))
 			gl.WaitFor(t, gen, 50)
 			h2.waitFor(t, gen)
 			h1.waitFor(t, gen)
@@ -109,45 +103,12 @@ func TestUpgradeHTTPS(t *testing.T) {
 			t.Errorf("Go client after the last upgrade: %s, want HTTP/2.0", proto)
 		}
 		client.CloseIdleConnections()
-		for _, pid := range pids[:last-1] {
-			if ws := s.Reap(t, pid, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
-				t.Errorf("old generation pid %d: %v, want exit 0", pid, ws)
-			}
-		}
-		final := pids[last-1]
-		if got := s.Running(); len(got) != 1 || got[0] != final {
-			t.Errorf("server processes %v, want only generation %d's %d", got, last, final)
-		}
-		syscall.Kill(final, syscall.SIGTERM)
-		s.Expect(t, fmt.Sprintf("generation %d stopped: ", last))
-		if ws := s.Reap(t, final, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
-			t.Errorf("generation %d after SIGTERM: %v, want exit 0", last, ws)
-		}
+		s.StopLast(t, pids, fmt.Sprintf("generation %d stopped: ", last))
 		// Every curl connection ends with one reset even with no upgrade (one
 		// curl request in a fresh namespace: Tcp.OutRsts 1), so resets are
 		// logged; a refused or dropped connection attempt would be a loss.
-		d := counters.Delta(t, "Tcp.ActiveOpens", "Tcp.PassiveOpens", "Tcp.AttemptFails", "Tcp.EstabResets",
-			"Tcp.OutRsts", "TcpExt.ListenOverflows", "TcpExt.ListenDrops")
-		t.Logf("counters over the test: %v", d)
-		if d["Tcp.AttemptFails"]+d["TcpExt.ListenOverflows"]+d["TcpExt.ListenDrops"] != 0 {
-			t.Errorf("failed connection attempts or listen drops: %v, want none", d)
-		}
+		counters.CheckConnects(t)
 	})
-}
-
-// server is the first generation of the example and its successors.
-type server struct{ *netnstest.Subreaped }
-
-// serving waits for "generation gen serving ... pid P" and returns P.
-func (s *server) serving(t *testing.T, gen int) int {
-	t.Helper()
-	line := s.Expect(t, fmt.Sprintf("generation %d serving ", gen))
-	_, p, _ := strings.Cut(line, " pid ")
-	pid, err := strconv.Atoi(p)
-	if err != nil {
-		t.Fatalf("no pid in %q", line)
-	}
-	return pid
 }
 
 // goClient is Go's Transport with ForceAttemptHTTP2, trusting only cert.
@@ -254,19 +215,11 @@ func parseCurl(out string) (int, string, error) {
 // waitFor waits up to 60 s until generation gen has answered 10 requests.
 func (l *curlLoop) waitFor(t *testing.T, gen int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	netnstest.WaitCount(t, fmt.Sprintf("curl requests generation %d answered", gen), 10, func() int {
 		l.mu.Lock()
-		got := l.byGen[gen]
-		l.mu.Unlock()
-		if got >= 10 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("generation %d answered %d curl requests in 60 s, want 10", gen, got)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer l.mu.Unlock()
+		return l.byGen[gen]
+	})
 }
 
 // stop ends the loop (safe to call twice) and returns the counts.
