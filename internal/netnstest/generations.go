@@ -54,8 +54,9 @@ func WaitCount(tb testing.TB, what string, n int, count func() int) {
 // StopLast ends a chain of generations, pids in order: it checks that each
 // one but the last has exited 0 (reaped within 60 s) and that the last is
 // the only process running Bin; it then sends the last SIGTERM, waits for a
-// line starting with stopped and checks that it exits 0 within 60 s.
-func (s *Subreaped) StopLast(tb testing.TB, pids []int, stopped string) {
+// line starting with stopped, checks that it exits 0 within 60 s, and
+// returns that line.
+func (s *Subreaped) StopLast(tb testing.TB, pids []int, stopped string) string {
 	tb.Helper()
 	for _, pid := range pids[:len(pids)-1] {
 		if ws := s.Reap(tb, pid, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
@@ -69,10 +70,11 @@ func (s *Subreaped) StopLast(tb testing.TB, pids []int, stopped string) {
 	if err := syscall.Kill(last, syscall.SIGTERM); err != nil {
 		tb.Fatal(err)
 	}
-	s.Expect(tb, stopped)
+	line := s.Expect(tb, stopped)
 	if ws := s.Reap(tb, last, 60*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
 		tb.Errorf("last generation pid %d after SIGTERM: %v, want exit 0", last, ws)
 	}
+	return line
 }
 
 // CheckConnects logs the connection counters since the snapshot and fails
