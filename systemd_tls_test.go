@@ -1,11 +1,9 @@
 package zerodrop_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -17,7 +15,6 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/drain"
-	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
 )
@@ -98,22 +95,25 @@ func TestServeSystemdTLS(t *testing.T) {
 			}
 			defer conns[i].Close()
 		}
-		netnstest.WaitQueue(t, ln, 0)  // generation 2 accepted them
-		held := socketFDs(t, pid2, ln) // its listener's, and its Upgrader's for a successor
-		t.Logf("generation 2 holds %d fds of the socket", held)
+		netnstest.WaitQueue(t, ln, 0) // generation 2 accepted them
+		fds, ino := fmt.Sprintf("/proc/%d/fd", pid2), netnstest.SocketInode(t, ln)
+		held := netnstest.SocketFDs(fds, ino) // its listener's, and its Upgrader's for a successor
 		if err := syscall.Kill(pid2, syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		waitFewer(t, pid2, ln, held)      // the drain closed the listener: it stopped
-		time.Sleep(20 * time.Millisecond) // the clients are late, on purpose
+		netnstest.WaitFewerFDs(t, fds, ino, held) // the drain closed the listener: it stopped
+		time.Sleep(20 * time.Millisecond)         // the clients are late, on purpose
 		byPID := map[int]int{}
 		for i, c := range conns {
-			pid, err := lateGet(c, cert.Client("http/1.1"))
-			if err != nil {
-				t.Errorf("trapped client %d: %v", i, err)
-				continue
+			body, err := netnstest.LateGet(c, cert.Client("http/1.1"))
+			if err == nil {
+				var pid int
+				if pid, err = strconv.Atoi(strings.TrimSpace(body)); err == nil {
+					byPID[pid]++
+					continue
+				}
 			}
-			byPID[pid]++
+			t.Errorf("trapped client %d: %v", i, err)
 		}
 		rep2 := checkReport(t, s.Expect(t, "report 2 "), "terminated", drain.MethodRelease)
 		if ws := s.Reap(t, pid2, 30*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
@@ -154,60 +154,4 @@ func checkReport(t *testing.T, line, cause string, method drain.Method) []string
 		t.Errorf("report %q, want cause %s, method %s, 0 lost", line, cause, method)
 	}
 	return f
-}
-
-// socketFDs counts the fds of the socket l that process pid holds (0 once
-// it exited).
-func socketFDs(t *testing.T, pid int, l syscall.Conn) int {
-	t.Helper()
-	var st syscall.Stat_t
-	if err := linux.Control(l, func(fd int) error { return syscall.Fstat(fd, &st) }); err != nil {
-		t.Fatal(err)
-	}
-	link := fmt.Sprintf("socket:[%d]", st.Ino)
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	ents, _ := os.ReadDir(dir) // none once it exited
-	n := 0
-	for _, e := range ents {
-		if target, _ := os.Readlink(filepath.Join(dir, e.Name())); target == link {
-			n++
-		}
-	}
-	return n
-}
-
-// waitFewer waits up to 10 s until process pid holds fewer than n fds of
-// the socket l: its listener stopped.
-func waitFewer(t *testing.T, pid int, l syscall.Conn, n int) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if socketFDs(t, pid, l) < n {
-			return
-		}
-	}
-	t.Fatalf("pid %d still holds %d fds of the listening socket 10 s on", pid, n)
-}
-
-// lateGet does a TLS handshake with cfg on c, already connected, sends a
-// GET and returns the pid in the answer, which must be complete, 200 and
-// close the connection.
-func lateGet(c net.Conn, cfg *tls.Config) (int, error) {
-	tc := tls.Client(c, cfg)
-	tc.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(tc, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
-		return 0, err
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	switch {
-	case err != nil:
-		return 0, err
-	case resp.StatusCode != http.StatusOK || !resp.Close:
-		return 0, fmt.Errorf("%s, close=%v: %q", resp.Status, resp.Close, b)
-	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
 }

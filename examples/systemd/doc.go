@@ -25,7 +25,10 @@
 //     then the process exits 0. The drain report goes to stderr as JSON.
 //
 // GET / answers "generation G pid P inode I": check from outside which
-// generation serves, rather than trusting that a command returned 0.
+// generation serves, rather than trusting that a command returned 0. With
+// -cert and -key it serves HTTPS (drain.Server.ServeTLS; HTTP/2 and HTTP/1.1
+// by ALPN) on the same activated socket, and the drain answers a connection
+// accepted before the stop whose handshake comes after it.
 //
 // zerodrop.Serve does steps 1, 2, 4 and 5 (and a reload's MAINPID=) by
 // itself; examples/upgrade and examples/workers use it. This program wires the
