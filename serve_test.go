@@ -28,10 +28,12 @@ import (
 // generationMain is one generation of a service built on Serve: it answers
 // every request with its pid, prints "serving <generation> <pid> <addr>" once
 // served and "report <generation> <cause> <method> <lost> <idle closed>
-// <handed over>" when Serve returns (cause with '_' for spaces; lost: queued
-// connections and requests the drain could not serve; idle closed:
-// keep-alive connections the drain closed idle; handed over: connections
-// passed to the successor).
+// <handed over> <tls pending> <tls pending served>" when Serve returns
+// (cause with '_' for spaces; lost: queued connections and requests the
+// drain could not serve; idle closed: keep-alive connections the drain
+// closed idle; handed over: connections passed to the successor; tls
+// pending: TLS connections whose handshake or first request was still to
+// come at the stop, and of those served).
 func generationMain() {
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "%d\n", os.Getpid())
@@ -57,7 +59,8 @@ func generationMain() {
 		os.Exit(1)
 	}
 	d := rep.Drains[0]
-	fmt.Printf("report %d %s %s %d %d %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method, d.Remainder+len(d.HTTP.Forced), d.HTTP.IdleClosed, d.HTTP.HandedOver)
+	fmt.Printf("report %d %s %s %d %d %d %d %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method,
+		d.Remainder+len(d.HTTP.Forced), d.HTTP.IdleClosed, d.HTTP.HandedOver, d.HTTP.TLSPending, d.HTTP.TLSPendingServed)
 }
 
 // TestServeUpgrade runs a service built on Serve through an upgrade and a
