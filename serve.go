@@ -46,7 +46,9 @@ type Options struct {
 	UpgradeSignals, Signals []os.Signal
 	// Successor returns the command that starts the next generation; default:
 	// this executable with our arguments, environment, stdout and stderr.
-	// It must not be started yet.
+	// It must not be started yet. Under systemd it is started as systemd's
+	// child (systemd.StartSuccessor), so that systemd waits for its drain at
+	// the next stop.
 	Successor func() *exec.Cmd
 	// ReadyPath, if set, answers readiness on that path of every listener
 	// (drain.Server.Ready: 200 while serving, 503 once the stop began)
@@ -473,7 +475,8 @@ func copyServer(s *http.Server) *http.Server {
 }
 
 // startSuccessor starts the next generation; it is reaped here if it exits
-// while we run (a failed start: we keep serving).
+// while we run (a failed start: we keep serving), or by systemd, whose child
+// it is when we run under systemd.
 func startSuccessor(successor func() *exec.Cmd, log *zap.Logger) error {
 	var cmd *exec.Cmd
 	if successor != nil {
@@ -486,11 +489,16 @@ func startSuccessor(successor func() *exec.Cmd, log *zap.Logger) error {
 		cmd = exec.Command(exe, os.Args[1:]...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	}
-	if err := cmd.Start(); err != nil {
+	// Under systemd the successor is systemd's child (see
+	// systemd.StartSuccessor): systemd waits for it at the next stop.
+	sibling, err := systemd.StartSuccessor(cmd)
+	if err != nil {
 		return err
 	}
-	log.Info("successor started", zap.String("event", "zerodrop.successor"), zap.Int("pid", cmd.Process.Pid), zap.String("path", cmd.Path))
-	go cmd.Wait()
+	log.Info("successor started", zap.String("event", "zerodrop.successor"), zap.Int("pid", cmd.Process.Pid), zap.String("path", cmd.Path), zap.Bool("systemd_child", sibling))
+	if !sibling {
+		go cmd.Wait()
+	}
 	return nil
 }
 

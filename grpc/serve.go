@@ -269,7 +269,8 @@ func (g *generation) close() {
 }
 
 // startSuccessor starts the next generation; it is reaped here if it exits
-// while we run (a failed start: we keep serving).
+// while we run (a failed start: we keep serving), or by systemd, whose child
+// it is when we run under systemd.
 func startSuccessor(successor func() *exec.Cmd, log *zap.Logger) error {
 	var cmd *exec.Cmd
 	if successor != nil {
@@ -282,11 +283,16 @@ func startSuccessor(successor func() *exec.Cmd, log *zap.Logger) error {
 		cmd = exec.Command(exe, os.Args[1:]...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	}
-	if err := cmd.Start(); err != nil {
+	// Under systemd the successor is systemd's child (see
+	// systemd.StartSuccessor): systemd waits for it at the next stop.
+	sibling, err := systemd.StartSuccessor(cmd)
+	if err != nil {
 		return err
 	}
-	log.Info("successor started", zap.String("event", "zerodrop.successor"), zap.Int("pid", cmd.Process.Pid), zap.String("path", cmd.Path))
-	go cmd.Wait()
+	log.Info("successor started", zap.String("event", "zerodrop.successor"), zap.Int("pid", cmd.Process.Pid), zap.String("path", cmd.Path), zap.Bool("systemd_child", sibling))
+	if !sibling {
+		go cmd.Wait()
+	}
 	return nil
 }
 

@@ -31,12 +31,8 @@ const (
 // at the restart: 20 clients accepted by the old process do their handshake
 // and request 20 ms after its listener stopped: 20/20 answered, by it.
 //
-// The restart comes first because a stop after a reload loses requests,
-// over TLS or not: systemd 252 takes the successor, which sent MAINPID= while
-// it was not its child, for a process it cannot wait for, and sends it
-// SIGKILL right after SIGTERM, so the drain never runs (the journal:
-// "Killing process P (zerodrop-exampl) with signal SIGKILL" for the main
-// process, then "code=killed, status=9/KILL").
+// (The restart came first here while a stop after a reload SIGKILLed the
+// successor; TestSystemdReloadThenRestart covers that order.)
 func TestSystemdTLS(t *testing.T) {
 	netnstest.CheckLeaks(t)
 	cert := netnstest.NewCert(t)
@@ -123,7 +119,7 @@ func TestSystemdTLS(t *testing.T) {
 	}
 	waitAll(pid)
 
-	// The handoffs, after the restart: see the doc comment.
+	// The handoffs, after the restart.
 	const reloads = 3
 	for range reloads {
 		old := u.mainPID()
