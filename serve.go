@@ -75,6 +75,12 @@ type Options struct {
 	Pool string
 	// Grace bounds the drain; default 30 s.
 	Grace time.Duration
+	// Hijacked is every listener's drain.Server.Hijacked: if set, it is
+	// called once for each hijacked connection (a WebSocket) still open
+	// when the listener has stopped, for example drain.GoingAway, so that
+	// its owner ends it before Grace runs out. It must not block. Hijacked
+	// connections are never passed to a successor.
+	Hijacked func(net.Conn)
 	// Logger receives what Serve does, and is given to handoff and drain; nil
 	// means no logging.
 	Logger *zap.Logger
@@ -256,7 +262,7 @@ func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) (
 		if i > 0 {
 			h = copyServer(srv)
 		}
-		servers[i] = &drain.Server{HTTP: h, Logger: log, OnReport: opts.OnReport}
+		servers[i] = &drain.Server{HTTP: h, Logger: log, OnReport: opts.OnReport, Hijacked: opts.Hijacked}
 		if (g.u != nil || opts.Pool != "") && !opts.NoConnHandoff && h.TLSConfig == nil {
 			servers[i].HandOver = g.handOver(g.names[i])
 		}
