@@ -92,32 +92,30 @@ func h2Key(c net.Conn) net.Conn {
 }
 
 // goAway begins the two-step shutdown of every HTTP/2 connection, and of
-// those that come later.
-func (t *tracker) goAway() {
-	for _, g := range t.h2Conns(true) {
-		g.goAway()
-	}
-}
-
-// h2Conns returns the HTTP/2 connections open now; with goingAway, those
-// that come later get the first step when they do.
-func (t *tracker) h2Conns(goingAway bool) []*h2Conn {
+// those that come later. It returns those it began it on, and how many
+// HTTP/2 connections are open (some may not be in the drain's path: see
+// twoStep).
+func (t *tracker) goAway() (gs []*h2Conn, open int) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.goingAway = t.goingAway || goingAway
-	var gs []*h2Conn
+	t.goingAway = true
 	for _, ci := range t.conns {
+		if ci.h2 {
+			open++
+		}
 		if ci.g != nil {
 			gs = append(gs, ci.g)
 		}
 	}
-	return gs
+	t.mu.Unlock()
+	for _, g := range gs {
+		g.goAway()
+	}
+	return gs, open
 }
 
-// awaitGoAway waits, within bound and ctx, for the first step's acks of the
-// HTTP/2 connections open now, and counts those acked and those not.
-func (t *tracker) awaitGoAway(ctx context.Context, bound time.Duration) (acked, unacked int) {
-	gs := t.h2Conns(false)
+// awaitGoAway waits, within bound and ctx, for the first step's acks of gs,
+// and counts those acked and those not (or closed first).
+func awaitGoAway(ctx context.Context, gs []*h2Conn, bound time.Duration) (acked, unacked int) {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	for _, g := range gs {

@@ -210,3 +210,49 @@ func TestHTTP2KeepsTLSState(t *testing.T) {
 		wait()
 	})
 }
+
+// TestHTTP2ClosedAtGoAway: a client that hangs up at the first GOAWAY it
+// reads (h2load does) is still counted: the report's HTTP/2 connections are
+// those open when the listener began to stop, and this one's first step
+// ends unacked. Counted once the listener had stopped, as before, it was
+// gone already and the report said 0 HTTP/2 connections.
+func TestHTTP2ClosedAtGoAway(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		cert := netnstest.NewCert(t)
+		tl := listenTCP(t, "127.0.0.1:0")
+		ds := &drain.Server{HTTP: &http.Server{Handler: named("A"), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert.TLS}}}}
+		wait := serve(t, func() error { return ds.ServeTLS(tl, "", "") })
+		tc := tls.Client(dial(t, tl.Addr().String()), cert.Client("h2"))
+		defer tc.Close()
+		tc.SetDeadline(time.Now().Add(20 * time.Second))
+		h := &h2Client{c: tc}
+		if err := h.get(1, true); err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan error, 1)
+		go func() {
+			for {
+				f, err := h.read()
+				if err != nil || f.typ == h2GoAway {
+					closed <- err
+					tc.Close()
+					return
+				}
+			}
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		rep, err := ds.Shutdown(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-closed; err != nil {
+			t.Fatalf("the client read %v before any GOAWAY", err)
+		}
+		wait()
+		if rep.HTTP.HTTP2 != 1 || rep.HTTP.GoAwayAcked != 0 || rep.HTTP.GoAwayUnacked != 1 {
+			t.Errorf("report: %d HTTP/2 connections, %d acked, %d unacked; want 1, 0, 1", rep.HTTP.HTTP2, rep.HTTP.GoAwayAcked, rep.HTTP.GoAwayUnacked)
+		}
+	})
+}

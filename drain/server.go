@@ -100,12 +100,13 @@ type HTTPReport struct {
 	SilentClosed       int `json:"silent_closed"`       // connections closed after NewConnGrace without a request
 	TLSPending         int `json:"tls_pending"`         // TLS connections whose handshake or first request was still to come when the listener stopped
 	TLSPendingServed   int `json:"tls_pending_served"`  // of those, served a request
-	HTTP2              int `json:"http2"`               // HTTP/2 connections open when the listener stopped, each told to go away
-	// GoAwayAcked is the HTTP/2 connections whose client acknowledged the
-	// first step of the shutdown (GOAWAY with the largest stream id and a
-	// PING) within NewConnGrace: none of their streams was refused.
-	// GoAwayUnacked is those whose ack did not come in time (or that closed
-	// first): net/http's GOAWAY may have refused a stream they opened.
+	HTTP2              int `json:"http2"`               // HTTP/2 connections open when the listener began to stop (or after, if more), each told to go away
+	// GoAwayAcked is the HTTP/2 connections open when the listener began to
+	// stop whose client acknowledged the first step of the shutdown (GOAWAY
+	// with the largest stream id and a PING) within NewConnGrace: none of
+	// their streams was refused. GoAwayUnacked is those whose ack did not
+	// come in time, or that closed first (h2load closes a connection at its
+	// first GOAWAY).
 	GoAwayAcked   int `json:"goaway_acked"`
 	GoAwayUnacked int `json:"goaway_unacked"`
 	// IdleClosed is the keep-alive connections closed while idle, after
@@ -283,13 +284,15 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	if !handOver {
 		s.t.closing.Store(true) // responses begun from now on say Connection: close (HTTP/2: once the first step is acked)
 	}
-	s.t.goAway()
+	goingAway, h2Open := s.t.goAway()
 	t0 := time.Now()
 	r, err := s.stopListener(ctx)
 	errs = append(errs, err)
 	h.StopTook = time.Since(t0)
-	h.TLSPending, h.HTTP2 = s.t.markPending()
-	h.GoAwayAcked, h.GoAwayUnacked = s.t.awaitGoAway(ctx, orDefault(s.NewConnGrace, time.Second))
+	var h2Left int
+	h.TLSPending, h2Left = s.t.markPending()
+	h.HTTP2 = max(h2Open, h2Left)
+	h.GoAwayAcked, h.GoAwayUnacked = awaitGoAway(ctx, goingAway, orDefault(s.NewConnGrace, time.Second))
 	if handOver {
 		var herr error
 		h.HandedOver, h.HandOverReturned, herr = s.handOver(ctx, orDefault(s.HandOverGrace, 5*time.Second))
