@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/runonce"
 	"go.uber.org/zap"
 )
 
@@ -79,10 +80,8 @@ type Server struct {
 	draining atomic.Bool
 	mu       sync.Mutex
 	l        *Listener
-	served   chan struct{} // closed when HTTP.Serve has returned
-	shut     chan struct{} // closed when the one Shutdown has ended
-	shutRep  *Report       // its report: callers get copies
-	shutErr  error
+	served   chan struct{}         // closed when HTTP.Serve has returned
+	shut     runonce.Call[*Report] // the one drain: callers get copies of its report
 
 	// ServeConn's (handover.go), under mu.
 	cl        *connListener
@@ -241,28 +240,11 @@ func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 	if s.HTTP == nil {
 		return nil, &net.OpError{Op: "shutdown", Net: "tcp", Err: ErrNoHTTPServer}
 	}
-	s.mu.Lock()
-	shut, first := s.shut, s.shut == nil
-	if first {
-		s.shut = make(chan struct{})
-		shut = s.shut
+	rep, err, ok := s.shut.Do(ctx, func() (*Report, error) { return s.shutdown(ctx) })
+	if !ok {
+		return nil, &net.OpError{Op: "shutdown", Net: "tcp", Addr: s.addr(), Err: fmt.Errorf("waiting for the Shutdown in progress: %w", err)}
 	}
-	s.mu.Unlock()
-	if first {
-		s.shutRep, s.shutErr = s.shutdown(ctx)
-		close(shut)
-		return s.shutRep.clone(), s.shutErr
-	}
-	select {
-	case <-shut:
-	default:
-		select {
-		case <-shut:
-		case <-ctx.Done():
-			return nil, &net.OpError{Op: "shutdown", Net: "tcp", Addr: s.addr(), Err: fmt.Errorf("waiting for the Shutdown in progress: %w", ctx.Err())}
-		}
-	}
-	return s.shutRep.clone(), s.shutErr
+	return rep.clone(), err
 }
 
 // shutdown is the one drain Shutdown runs.
