@@ -257,11 +257,19 @@ type serveResult struct {
 func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) ([]*drain.Server, *serveResult) {
 	res := &serveResult{first: make(chan error, len(g.lns))}
 	servers := make([]*drain.Server, len(g.lns))
-	for i, l := range g.lns {
-		h := srv
+	// Every listener but the first gets a copy of srv, made before anything
+	// changes srv: the first drain.Server wraps srv's Handler, ConnState and
+	// ConnContext as it starts serving, and a copy made after would share
+	// its hooks (and race with them).
+	hs := make([]*http.Server, len(g.lns))
+	for i := range hs {
+		hs[i] = srv
 		if i > 0 {
-			h = copyServer(srv)
+			hs[i] = copyServer(srv)
 		}
+	}
+	for i, l := range g.lns {
+		h := hs[i]
 		servers[i] = &drain.Server{HTTP: h, Logger: log, OnReport: opts.OnReport, Hijacked: opts.Hijacked}
 		if (g.u != nil || opts.Pool != "") && !opts.NoConnHandoff && h.TLSConfig == nil {
 			servers[i].HandOver = g.handOver(g.names[i])
