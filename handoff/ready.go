@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -123,20 +122,13 @@ func (u *Upgrader) readyInherited(s *server, pred *conn, ln *net.UnixListener, p
 	return u.serve(s, pidTmp)
 }
 
-// takes is what the ready frame says of the connections we take: the
+// takesList is what the ready frame says of the connections we take: the
 // listeners we have a handler for, if the predecessor speaks version 2.
 func (u *Upgrader) takesList() []string {
 	if u.predVersion < 2 {
 		return nil
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	names := make([]string, 0, len(u.handlers))
-	for name := range u.handlers {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
+	return u.pass.takes()
 }
 
 // signal sends ready to the predecessor and waits for done (gotDone:
@@ -169,22 +161,7 @@ func (u *Upgrader) afterSignal(pred *conn, gotDone bool) {
 		pred.Close()
 		return
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.closed {
-		pred.Close()
-		return
-	}
-	handlers := make(map[string]func(PassedConn), len(u.handlers))
-	for name, h := range u.handlers {
-		handlers[name] = h
-	}
-	u.preds = append(u.preds, pred)
-	u.connsWG.Add(1)
-	go func() {
-		defer u.connsWG.Done()
-		receiveConns(pred, handlers, u.log)
-	}()
+	u.pass.receiveFrom(pred)
 }
 
 // serve starts the handoff server and renames the PID file into place.

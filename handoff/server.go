@@ -389,7 +389,8 @@ func (s *server) awaitReady(c *conn, log *zap.Logger, start time.Time) error {
 	err = c.send(&frame{Type: typeDone, Generation: r.Generation}, nil)
 	takes := c.version >= 2 && len(r.Takes) > 0 && err == nil
 	if takes {
-		s.u.keepSuccessor(c, r.Takes) // before Exit: PassConns works as soon as it is closed
+		c.kept.Store(true)
+		s.u.pass.keepSuccessor(c, r.Takes) // before Exit: PassConns works as soon as it is closed
 	}
 	s.u.exitOne.Do(func() { close(s.u.exit) })
 	log.Info("successor ready; exit signalled", zap.String("event", "handoff.done"), zap.Uint64("successor_generation", r.Generation), zap.Duration("took", time.Since(start)),

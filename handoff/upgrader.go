@@ -74,14 +74,7 @@ type Upgrader struct {
 	exit    chan struct{}
 	exitOne sync.Once
 
-	// Connections (conns.go). handlers: ours, by listener name, for the
-	// predecessor's; succ: the conversation with a ready successor that
-	// takes connections; preds: conversations
-	// on which a predecessor passes us connections.
-	handlers map[string]func(PassedConn)
-	succ     *ConnSender
-	preds    []*conn
-	connsWG  sync.WaitGroup
+	pass passing // connections, in both roles (conns.go)
 }
 
 // socket is one socket we own a reference to: the fd (close-on-exec) and how
@@ -139,6 +132,7 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 		u.log = zap.NewNop()
 	}
 	u.log = u.log.With(zap.String("handoff", cfg.Path), zap.Int("pid", os.Getpid()))
+	u.pass.log, u.pass.opErr = u.log, u.opError
 	if err := checkPath(cfg.Path); err != nil {
 		return nil, u.opError(err)
 	}
@@ -208,16 +202,9 @@ func (u *Upgrader) Close() error {
 	}
 	u.closed = true
 	srv, socks, inh, pred, hln := u.srv, u.socks, u.inh, u.pred, u.hln
-	succ, preds := u.succ, u.preds
-	u.socks, u.inh, u.pred, u.hln, u.succ, u.preds = nil, nil, nil, nil, nil, nil
+	u.socks, u.inh, u.pred, u.hln = nil, nil, nil, nil
 	u.mu.Unlock()
-	if succ != nil {
-		succ.Close() // the successor has every connection it acked
-	}
-	for _, c := range preds {
-		c.Close()
-	}
-	u.connsWG.Wait()
+	u.pass.close()
 	if hln != nil {
 		hln.Close() // our reference; the predecessor serves it
 	}
