@@ -3,7 +3,6 @@ package handoff
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"syscall"
@@ -90,28 +89,18 @@ func (u *Upgrader) obtain(ctx context.Context, name, kind, network, address stri
 	if err != nil {
 		return nil, err
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.closed {
-		closeFDs([]int{s.fd})
-		return out, nil
-	}
-	u.socks = append(u.socks, s)
+	u.reg.add(s) // closed: we keep no reference, the caller has the socket
 	return out, nil
 }
 
 // claim reserves name and takes the inherited socket of that name, if it
 // matches kind and address.
 func (u *Upgrader) claim(name, kind, network, address string) (*socket, error) {
-	u.mu.Lock()
+	u.mu.Lock() // Ready and Close take u.inh under it
 	defer u.mu.Unlock()
-	if u.closed {
-		return nil, ErrClosed
+	if err := u.reg.reserve(name); err != nil { // ErrClosed once closed
+		return nil, err
 	}
-	if u.names[name] {
-		return nil, fmt.Errorf("socket name %q already in use", name)
-	}
-	u.names[name] = true
 	s := u.inh[name]
 	if s == nil {
 		return nil, nil

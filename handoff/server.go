@@ -240,7 +240,7 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 	start := time.Now()
 	err = s.transfer(c, h, f, log, &res)
 	if err != nil {
-		share(s.u.offer(), false)
+		share(s.u.reg.offer(), false)
 	}
 	res.Took = time.Since(start)
 	// Free the slot before a failure becomes observable, so that a successor
@@ -283,7 +283,7 @@ func (s *server) transfer(c *conn, h, hello *frame, log *zap.Logger, res *Result
 	if err := c.send(h, nil); err != nil {
 		return err
 	}
-	socks := s.u.offer()
+	socks := s.u.reg.offer()
 	res.Sockets = len(socks)
 	share(socks, true)
 	if err := c.send(offerFrame(socks, hello.Options), nil); err != nil {
@@ -396,14 +396,6 @@ func (s *server) awaitReady(c *conn, log *zap.Logger, start time.Time) error {
 	log.Info("successor ready; exit signalled", zap.String("event", "handoff.done"), zap.Uint64("successor_generation", r.Generation), zap.Duration("took", time.Since(start)),
 		zap.Bool("takes_conns", takes), zap.NamedError("done", err))
 	return nil
-}
-
-// offer returns our sockets as obtain described them: address and digest
-// are read once, when we obtained the socket.
-func (u *Upgrader) offer() []*socket {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]*socket(nil), u.socks...)
 }
 
 // share marks socks as handed to a successor (package shared), which makes

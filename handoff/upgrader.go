@@ -65,9 +65,9 @@ type Upgrader struct {
 	// predVersion is the protocol version agreed with the predecessor.
 	predVersion int
 
+	reg registry // our sockets, what we offer (registry.go)
+
 	mu      sync.Mutex
-	socks   []*socket // ours, in Listen order: what we offer
-	names   map[string]bool
 	ready   bool
 	closed  bool
 	srv     *server
@@ -127,7 +127,7 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 2 * time.Minute
 	}
-	u := &Upgrader{cfg: cfg, log: cfg.Logger, gen: 1, names: map[string]bool{}, exit: make(chan struct{})}
+	u := &Upgrader{cfg: cfg, log: cfg.Logger, gen: 1, exit: make(chan struct{})}
 	if u.log == nil {
 		u.log = zap.NewNop()
 	}
@@ -201,8 +201,8 @@ func (u *Upgrader) Close() error {
 		return nil
 	}
 	u.closed = true
-	srv, socks, inh, pred, hln := u.srv, u.socks, u.inh, u.pred, u.hln
-	u.socks, u.inh, u.pred, u.hln = nil, nil, nil, nil
+	srv, socks, inh, pred, hln := u.srv, u.reg.close(), u.inh, u.pred, u.hln
+	u.inh, u.pred, u.hln = nil, nil, nil
 	u.mu.Unlock()
 	u.pass.close()
 	if hln != nil {
