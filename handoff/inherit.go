@@ -59,10 +59,10 @@ func code(err error) string {
 // as an unknown key before anything else (no failure counted).
 const baseVersion = 1
 
-// hello is our hello frame. A successor's names the highest version it
+// helloFrame is our hello frame. A successor's names the highest version it
 // speaks and asks for option values, unless the predecessor refused those
 // keys (values, maxVersion false then).
-func (u *Upgrader) hello(role string, gen uint64, values, maxVersion bool) *frame {
+func helloFrame(role string, gen uint64, values, maxVersion bool) *frame {
 	f := &frame{Type: typeHello, Version: baseVersion, Role: role, PID: os.Getpid(), UID: uint32(os.Geteuid()), Generation: gen,
 		Handoff: role != roleObserver, Options: role == roleSuccessor && values}
 	if role == roleSuccessor && maxVersion {
@@ -177,7 +177,7 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	if err := allowed(cred, u.cfg.AllowUIDs); err != nil {
 		return err
 	}
-	if err := c.send(u.hello(roleSuccessor, 0, !u.noValues, !u.noMax), nil); err != nil {
+	if err := c.send(helloFrame(roleSuccessor, 0, !u.noValues, !u.noMax), nil); err != nil {
 		return err
 	}
 	f, _, err := c.recv(0)

@@ -49,7 +49,7 @@ func (u *Upgrader) Ready() error {
 			return u.opError(fmt.Errorf("ready: %w", err))
 		}
 	}
-	s := &server{u: u, path: u.cfg.Path, conns: map[*conn]bool{}}
+	s := newServer(u.serverConfig())
 	if hln != nil {
 		return u.readyInherited(s, pred, hln, pidTmp)
 	}
@@ -170,7 +170,7 @@ func (u *Upgrader) serve(s *server, pidTmp string) error {
 	if u.closed {
 		u.mu.Unlock()
 		s.ln.Close()
-		unpublish(s.path, s.ino)
+		unpublish(s.cfg.path, s.ino)
 		removeTemp(pidTmp)
 		return u.opError(fmt.Errorf("ready: %w", ErrClosed))
 	}
@@ -185,4 +185,21 @@ func (u *Upgrader) serve(s *server, pidTmp string) error {
 		}
 	}
 	return nil
+}
+
+// serverConfig is what our handoff server is given: our settings, the
+// registry's snapshot as its offer, and successorReady.
+func (u *Upgrader) serverConfig() serverConfig {
+	return serverConfig{path: u.cfg.Path, gen: u.gen, timeout: u.cfg.Timeout, readyTimeout: u.cfg.ReadyTimeout, allowUIDs: u.cfg.AllowUIDs,
+		onHandoff: u.cfg.OnHandoff, log: u.log, offer: u.reg.offer, onReady: u.successorReady}
+}
+
+// successorReady is told by our server that a successor is ready: its
+// conversation is kept for PassConns if it takes connections (before Exit,
+// so that PassConns works as soon as Exit is closed), then Exit is closed.
+func (u *Upgrader) successorReady(successor *conn, takes []string) {
+	if successor != nil {
+		u.pass.keepSuccessor(successor, takes)
+	}
+	u.exitOne.Do(func() { close(u.exit) })
 }
