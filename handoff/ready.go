@@ -27,8 +27,7 @@ func (u *Upgrader) Ready() error {
 		return u.opError(fmt.Errorf("ready: %w", ErrClosed))
 	}
 	u.ready = true
-	inh, pred, hln := u.inh, u.pred, u.hln
-	u.inh, u.pred, u.hln = nil, nil, nil
+	inh, pred, hln := u.inh.release()
 	u.mu.Unlock()
 	for name, s := range inh {
 		u.log.Warn("inherited socket not claimed by Listen; closing it", zap.String("event", "handoff.unclaimed"), zap.String("name", name), zap.String("address", s.info.Address))
@@ -125,7 +124,7 @@ func (u *Upgrader) readyInherited(s *server, pred *conn, ln *net.UnixListener, p
 // takesList is what the ready frame says of the connections we take: the
 // listeners we have a handler for, if the predecessor speaks version 2.
 func (u *Upgrader) takesList() []string {
-	if u.predVersion < 2 {
+	if u.inh.version < 2 {
 		return nil
 	}
 	return u.pass.takes()
@@ -135,7 +134,7 @@ func (u *Upgrader) takesList() []string {
 // it came).
 func (u *Upgrader) signal(pred *conn) (gotDone bool, err error) {
 	start := time.Now()
-	if err := pred.send(&frame{Type: typeReady, Generation: u.gen, Takes: u.takesList()}, nil); err != nil {
+	if err := pred.send(&frame{Type: typeReady, Generation: u.inh.gen, Takes: u.takesList()}, nil); err != nil {
 		return false, err
 	}
 	f, _, err := pred.recv(0)
@@ -150,7 +149,7 @@ func (u *Upgrader) signal(pred *conn) (gotDone bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("waiting for done: %w", err)
 	}
-	u.log.Info("predecessor stopped", zap.String("event", "handoff.predecessor_stopped"), zap.Uint64("generation", u.gen), zap.Duration("took", time.Since(start)))
+	u.log.Info("predecessor stopped", zap.String("event", "handoff.predecessor_stopped"), zap.Uint64("generation", u.inh.gen), zap.Duration("took", time.Since(start)))
 	return true, nil
 }
 
@@ -178,7 +177,7 @@ func (u *Upgrader) serve(s *server, pidTmp string) error {
 	s.wg.Add(1)
 	go s.serve()
 	u.mu.Unlock()
-	u.log.Info("serving handoff socket", zap.String("event", "handoff.serving"), zap.Uint64("generation", u.gen))
+	u.log.Info("serving handoff socket", zap.String("event", "handoff.serving"), zap.Uint64("generation", u.inh.gen))
 	if pidTmp != "" {
 		if err := commitPIDFile(pidTmp, u.cfg.PIDFile); err != nil {
 			return u.opError(err)
@@ -190,7 +189,7 @@ func (u *Upgrader) serve(s *server, pidTmp string) error {
 // serverConfig is what our handoff server is given: our settings, the
 // registry's snapshot as its offer, and successorReady.
 func (u *Upgrader) serverConfig() serverConfig {
-	return serverConfig{path: u.cfg.Path, gen: u.gen, timeout: u.cfg.Timeout, readyTimeout: u.cfg.ReadyTimeout, allowUIDs: u.cfg.AllowUIDs,
+	return serverConfig{path: u.cfg.Path, gen: u.inh.gen, timeout: u.cfg.Timeout, readyTimeout: u.cfg.ReadyTimeout, allowUIDs: u.cfg.AllowUIDs,
 		onHandoff: u.cfg.OnHandoff, log: u.log, offer: u.reg.offer, onReady: u.successorReady}
 }
 
