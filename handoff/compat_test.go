@@ -22,6 +22,9 @@ func servePredecessor(t *testing.T, path string, conversations int, script func(
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As a real predecessor's (listenHandoff), its Close never unlinks
+	// path: the successor may have published its own file there by then.
+	ln.SetUnlinkOnClose(false)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
