@@ -33,7 +33,7 @@ type conn struct {
 	// version is the protocol version agreed in this conversation's hellos.
 	version int
 	// kept: the conversation outlives its handler (a successor that takes
-	// connections, see keepSuccessor).
+	// connections, see serverConfig.onReady).
 	kept atomic.Bool
 }
 
