@@ -3,11 +3,14 @@ package load
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,17 +21,24 @@ type client interface {
 	close()
 }
 
-func newClient(c Config, u *url.URL) client {
-	if c.Transport {
-		return newHTTPClient(c, u)
+// newClient returns the client of c's mode. The Transport-based ones count
+// in retried the requests they sent more than once.
+func newClient(c Config, u *url.URL, retried *atomic.Int64) client {
+	switch {
+	case c.HTTP2:
+		return newH2Client(c, u, retried)
+	case c.Transport:
+		return newHTTPClient(c, u, retried)
 	}
 	return newRawClient(c, u)
 }
 
-// rawClient writes a hand-made HTTP/1.1 request on a net.Conn and parses the
-// reply with http.ReadResponse; it never retries.
+// rawClient writes a hand-made HTTP/1.1 request on a net.Conn (over TLS
+// with an https URL) and parses the reply with http.ReadResponse; it never
+// retries.
 type rawClient struct {
 	dial   func(ctx context.Context, network, address string) (net.Conn, error)
+	tls    *tls.Config // nil for plain HTTP
 	addr   string
 	req    []byte
 	header string
@@ -49,6 +59,7 @@ func newRawClient(c Config, u *url.URL) *rawClient {
 	}
 	return &rawClient{
 		dial:   c.Dial,
+		tls:    c.TLS,
 		addr:   u.Host,
 		req:    []byte(req + "\r\n"),
 		header: c.Header,
@@ -77,7 +88,8 @@ func (c *rawClient) do(ctx context.Context) (string, error) {
 	return hv, err
 }
 
-// get returns an idle connection, or dials a new one.
+// get returns an idle connection, or dials a new one (and completes its
+// TLS handshake, with an https URL).
 func (c *rawClient) get(ctx context.Context) (*rawConn, error) {
 	select {
 	case conn := <-c.idle:
@@ -87,6 +99,14 @@ func (c *rawClient) get(ctx context.Context) (*rawConn, error) {
 	nc, err := c.dial(ctx, "tcp", c.addr)
 	if err != nil {
 		return nil, err
+	}
+	if c.tls != nil {
+		tc := tls.Client(nc, c.tls)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, &localError{err: err, local: nc.LocalAddr().String()}
+		}
+		nc = tc
 	}
 	br, _ := c.bufs.Get().(*bufio.Reader)
 	if br == nil {
@@ -150,35 +170,99 @@ func (c *rawClient) close() {
 	}
 }
 
-// httpClient sends requests through net/http's Transport, which retries some
-// failures on reused connections.
+// httpClient sends requests through net/http's Transport, HTTP/1.1 only,
+// which retries some failures on reused connections.
 type httpClient struct {
-	tr     *http.Transport
-	req    *http.Request
-	header string
+	tr      *http.Transport
+	req     *http.Request
+	header  string
+	retried *atomic.Int64
 }
 
-func newHTTPClient(c Config, u *url.URL) *httpClient {
-	tr := &http.Transport{
-		DialContext:         c.Dial,
-		DisableKeepAlives:   !c.KeepAlive,
-		DisableCompression:  true,
-		MaxIdleConnsPerHost: c.Concurrency,
+func newHTTPClient(c Config, u *url.URL, retried *atomic.Int64) *httpClient {
+	tr := newTransport(c, false)
+	tr.DisableKeepAlives = !c.KeepAlive
+	tr.MaxIdleConnsPerHost = c.Concurrency
+	return &httpClient{tr: tr, req: getRequest(u), header: c.Header, retried: retried}
+}
+
+// newTransport returns a Transport for c that speaks HTTP/1.1 only, or
+// HTTP/2 only with h2, over TLS with c.TLS for an https URL.
+func newTransport(c Config, h2 bool) *http.Transport {
+	var p http.Protocols
+	p.SetHTTP1(!h2)
+	p.SetHTTP2(h2)
+	return &http.Transport{
+		DialContext:        c.Dial,
+		TLSClientConfig:    c.TLS.Clone(), // a Transport adds to its NextProtos
+		Protocols:          &p,
+		DisableCompression: true,
 	}
-	req := &http.Request{Method: http.MethodGet, URL: u, Host: u.Host, Header: http.Header{
+}
+
+// getRequest is the GET request for u that the Transport-based clients
+// send.
+func getRequest(u *url.URL) *http.Request {
+	return &http.Request{Method: http.MethodGet, URL: u, Host: u.Host, Header: http.Header{
 		"User-Agent": {"zerodrop-load"},
 	}}
-	return &httpClient{tr: tr, req: req, header: c.Header}
 }
 
 func (c *httpClient) do(ctx context.Context) (string, error) {
-	return roundTrip(c.tr, c.req.WithContext(ctx), c.header)
+	return roundTrip(c.tr, c.req.WithContext(ctx), c.header, c.retried)
+}
+
+func (c *httpClient) close() { c.tr.CloseIdleConnections() }
+
+// h2Client sends GET requests over HTTP/2 through net/http's Transports:
+// Config.StreamsPerConn workers' worth of requests share each Transport,
+// which holds one connection, so that many streams run on few
+// connections. Requests go to the Transports in turn.
+type h2Client struct {
+	trs     []*http.Transport
+	next    atomic.Uint64
+	req     *http.Request
+	header  string
+	retried *atomic.Int64
+}
+
+func newH2Client(c Config, u *url.URL, retried *atomic.Int64) *h2Client {
+	n := (c.Concurrency + c.StreamsPerConn - 1) / c.StreamsPerConn
+	h := &h2Client{trs: make([]*http.Transport, n), req: getRequest(u), header: c.Header, retried: retried}
+	for i := range h.trs {
+		tr := newTransport(c, true)
+		// For HTTP/2 this bounds the dials in progress: the requests
+		// that find no connection wait for the one being dialled.
+		tr.MaxConnsPerHost = 1
+		h.trs[i] = tr
+	}
+	return h
+}
+
+func (c *h2Client) do(ctx context.Context) (string, error) {
+	tr := c.trs[(c.next.Add(1)-1)%uint64(len(c.trs))]
+	return roundTrip(tr, c.req.WithContext(ctx), c.header, c.retried)
+}
+
+func (c *h2Client) close() {
+	for _, tr := range c.trs {
+		tr.CloseIdleConnections()
+	}
 }
 
 // roundTrip sends req on tr, reads the whole reply and returns its header
-// named header; a status of 400 or above is a *statusError.
-func roundTrip(tr http.RoundTripper, req *http.Request, header string) (string, error) {
+// named header; a status of 400 or above is a *statusError. A request the
+// Transport sent more than once (it got a connection for it more than once)
+// counts in retried.
+func roundTrip(tr http.RoundTripper, req *http.Request, header string, retried *atomic.Int64) (string, error) {
+	var conns atomic.Int32
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { conns.Add(1) },
+	}))
 	resp, err := tr.RoundTrip(req)
+	if conns.Load() > 1 {
+		retried.Add(1)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -189,8 +273,6 @@ func roundTrip(tr http.RoundTripper, req *http.Request, header string) (string, 
 	}
 	return resp.Header.Get(header), err
 }
-
-func (c *httpClient) close() { c.tr.CloseIdleConnections() }
 
 // localError is a failed exchange on a connection, with the connection's
 // local address: the one thing that finds it in a capture or a server log.

@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,8 +14,30 @@ import (
 // Config describes a run. Its zero value, with URL set, means one closed-loop
 // worker opening a new connection per request for 10 seconds.
 type Config struct {
-	// URL is the target, "http://host:port/path". Required.
+	// URL is the target, "http://host:port/path", or "https://..." for
+	// TLS. Required.
 	URL string
+
+	// TLS is the client's TLS configuration for an https URL (nil: a zero
+	// tls.Config, the system's roots), in every mode: a handshake per
+	// request with a new connection per request, one per connection kept
+	// alive. Its ServerName defaults to the URL's host. Set with an http
+	// URL, it is an error.
+	TLS *tls.Config
+
+	// HTTP2 sends the GET requests over HTTP/2, which needs an https URL:
+	// net/http's Transport speaking HTTP/2 only, StreamsPerConn workers
+	// sharing each Transport and so its one connection, many streams on
+	// few connections. A request fails as the Transport returns it; those
+	// it sent more than once (after a GOAWAY or a refused stream, on
+	// another connection) are counted in Result.Retried. KeepAlive and
+	// Transport do not apply; Pool must not be set.
+	HTTP2 bool
+
+	// StreamsPerConn is, with HTTP2, how many workers share one Transport
+	// (default 8): Concurrency / StreamsPerConn connections, rounded up,
+	// each carrying up to StreamsPerConn streams at once.
+	StreamsPerConn int
 
 	// Concurrency is the number of workers in a closed-loop run (default 1),
 	// or the most requests in flight in an open-loop run (default 1024); a due
@@ -81,12 +104,25 @@ func (c Config) withDefaults() (Config, *url.URL, error) {
 	if err != nil {
 		return c, nil, fmt.Errorf("load: parse URL: %w", err)
 	}
-	if u.Scheme != "http" || u.Host == "" {
-		return c, nil, fmt.Errorf("load: URL %q: want http://host:port/path", c.URL)
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return c, nil, fmt.Errorf("load: URL %q: want http://host:port/path or https://host:port/path", c.URL)
 	}
-	if c.Concurrency < 0 || c.Rate < 0 || c.Duration < 0 || c.Requests < 0 ||
+	if c.Concurrency < 0 || c.Rate < 0 || c.Duration < 0 || c.Requests < 0 || c.StreamsPerConn < 0 ||
 		c.Timeout < 0 || c.Bucket < 0 || c.Window < 0 || c.Pool < 0 || c.PoolMin < 0 || c.PoolMax < 0 {
 		return c, nil, errors.New("load: negative value in Config")
+	}
+	switch {
+	case u.Scheme == "http" && c.TLS != nil:
+		return c, nil, fmt.Errorf("load: TLS set with the http URL %q", c.URL)
+	case u.Scheme == "http" && c.HTTP2:
+		return c, nil, fmt.Errorf("load: HTTP2 needs an https URL, not %q", c.URL)
+	case c.HTTP2 && c.Pool > 0:
+		return c, nil, errors.New("load: HTTP2 and Pool both set")
+	case u.Scheme == "https":
+		c.TLS = clientTLS(c.TLS, u)
+	}
+	if c.StreamsPerConn == 0 {
+		c.StreamsPerConn = 8
 	}
 	if c.Pool > 0 {
 		if c.Rate > 0 {
@@ -121,4 +157,17 @@ func orDefault(d, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+// clientTLS returns a copy of cfg (or a zero config) whose ServerName is
+// u's host if it had none.
+func clientTLS(cfg *tls.Config, u *url.URL) *tls.Config {
+	if cfg == nil {
+		cfg = &tls.Config{}
+	}
+	cfg = cfg.Clone()
+	if cfg.ServerName == "" {
+		cfg.ServerName = u.Hostname()
+	}
+	return cfg
 }

@@ -1,6 +1,7 @@
 // Package load is the load client of the zerodrop benchmarks: it sends HTTP/1.1
-// GET requests to one server, classifies every outcome, and records every
-// latency on a timeline that callers mark with their own events (restarts).
+// (or HTTP/2) GET requests to one server, over TCP or TLS, classifies every
+// outcome, and records every latency on a timeline that callers mark with
+// their own events (restarts).
 //
 // # How it works
 //
@@ -26,6 +27,18 @@
 // every failure the server causes is counted. Config.Transport uses
 // [net/http.Transport] instead, which retries some failures on reused
 // connections, as real Go clients do.
+//
+// # TLS and HTTP/2
+//
+// With an https URL every mode speaks TLS, with Config.TLS as the client's
+// configuration: a new connection per request pays a full handshake each
+// time, a kept-alive one once. Config.HTTP2 sends the GET requests over
+// HTTP/2 (ALPN h2) through net/http's Transport instead, Config.StreamsPerConn
+// workers sharing each Transport and its one connection, so many streams
+// run on few connections. A Transport retries a stream the server refused or
+// left above a GOAWAY's last stream id on another connection; such a request
+// counts once, as its last try ended, and Result.Retried counts the requests
+// sent more than once (seen with net/http/httptrace's GotConn).
 //
 // # Outcomes
 //

@@ -16,10 +16,12 @@ type Generator struct {
 	client client // nil with Config.Pool
 	pool   *pool  // nil without Config.Pool
 	dials  atomic.Int64
-	rec    *recorder
-	ran    atomic.Bool
-	sent   atomic.Int64 // requests started, for Config.Requests
-	start  time.Time
+	// retried counts the requests a Transport sent more than once.
+	retried atomic.Int64
+	rec     *recorder
+	ran     atomic.Bool
+	sent    atomic.Int64 // requests started, for Config.Requests
+	start   time.Time
 }
 
 // New checks cfg and returns a Generator ready to Run once.
@@ -36,9 +38,9 @@ func New(cfg Config) (*Generator, error) {
 	}
 	g.cfg = cfg
 	if cfg.Pool > 0 {
-		g.pool = newPool(cfg, u)
+		g.pool = newPool(cfg, u, &g.retried)
 	} else {
-		g.client = newClient(cfg, u)
+		g.client = newClient(cfg, u, &g.retried)
 	}
 	return g, nil
 }
@@ -83,7 +85,7 @@ func (g *Generator) Run(ctx context.Context) (*Result, error) {
 		g.client.close()
 	}
 	res := g.rec.result()
-	res.Pool, res.Dials = g.cfg.Pool, g.dials.Load()
+	res.Pool, res.Dials, res.Retried = g.cfg.Pool, g.dials.Load(), g.retried.Load()
 	if ended(ctx) {
 		<-ctx.Done() // its deadline has passed: the timer is about to fire
 		return res, ctx.Err()

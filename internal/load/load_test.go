@@ -309,7 +309,7 @@ func TestConfigErrors(t *testing.T) {
 	for _, cfg := range []Config{
 		{},
 		{URL: "127.0.0.1:80"},
-		{URL: "https://127.0.0.1/"},
+		{URL: "ftp://127.0.0.1/"},
 		{URL: "http://127.0.0.1/", Concurrency: -1},
 		{URL: "http://127.0.0.1/", Rate: -1},
 	} {

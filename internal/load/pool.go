@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,7 @@ import (
 // Transport never retries, so every failure the server causes is counted.
 type pool struct {
 	members []*member
+	retried *atomic.Int64
 }
 
 // member is one client of a pool.
@@ -27,23 +29,19 @@ type member struct {
 	header string
 	id     string
 	n      int // requests sent, for the body
+	p      *pool
 }
 
-func newPool(c Config, u *url.URL) *pool {
-	p := &pool{members: make([]*member, c.Pool)}
+func newPool(c Config, u *url.URL, retried *atomic.Int64) *pool {
+	p := &pool{members: make([]*member, c.Pool), retried: retried}
 	for i := range p.members {
-		p.members[i] = &member{
-			tr: &http.Transport{
-				DialContext:         c.Dial,
-				DisableCompression:  true,
-				MaxConnsPerHost:     1,
-				MaxIdleConnsPerHost: 1,
-				// The connection stays open between requests, however
-				// long the gap: only the server may close it.
-				IdleConnTimeout: 0,
-			},
-			u: u, header: c.Header, id: strconv.Itoa(i),
-		}
+		tr := newTransport(c, false)
+		tr.MaxConnsPerHost = 1
+		tr.MaxIdleConnsPerHost = 1
+		// The connection stays open between requests, however long the
+		// gap: only the server may close it.
+		tr.IdleConnTimeout = 0
+		p.members[i] = &member{tr: tr, u: u, header: c.Header, id: strconv.Itoa(i), p: p}
 	}
 	return p
 }
@@ -60,7 +58,7 @@ func (m *member) do(ctx context.Context) (string, error) {
 		// never retries it on another connection.
 		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)),
 	}).WithContext(ctx)
-	return roundTrip(m.tr, req, m.header)
+	return roundTrip(m.tr, req, m.header, m.p.retried)
 }
 
 func (p *pool) close() {

@@ -27,6 +27,12 @@ type Result struct {
 	// included. In a pool run every client dials once unless the server
 	// closes its connection: Dials - Pool are reconnections.
 	Dials int64 `json:"dials"`
+	// Retried counts the requests net/http's Transport sent more than
+	// once, on another connection (Config.Transport, HTTP2, Pool): for
+	// example a stream above the last stream id of a GOAWAY. Each counts
+	// once in Requests, ok or failed as its last try ended. The
+	// hand-written client never retries.
+	Retried int64 `json:"retried"`
 
 	// Headers counts ok replies by the value of Config.Header.
 	Headers map[string]int64 `json:"headers,omitempty"`

@@ -22,22 +22,33 @@ import (
 type Cert struct {
 	TLS      tls.Certificate
 	Pool     *x509.CertPool // trusts only this certificate
-	CertFile string         // PEM files under t.TempDir(), for ServeTLS
+	CertFile string         // PEM files (NewCert: under t.TempDir()), for ServeTLS
 	KeyFile  string
 }
 
 // NewCert makes a Cert (ECDSA P-256, valid for an hour).
 func NewCert(t testing.TB) *Cert {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, err := WriteCert(t.TempDir(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return c
+}
+
+// WriteCert makes a Cert (ECDSA P-256, valid for the given time) whose PEM
+// files are cert.pem and key.pem in dir, for a program that is not a test
+// (the restart benchmark's TLS runs).
+func WriteCert(dir string, valid time.Duration) (*Cert, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1),
 		Subject:      pkix.Name{CommonName: "zerodrop test"},
 		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(time.Hour),
+		NotAfter:     time.Now().Add(valid),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IsCA:         true, BasicConstraintsValid: true,
@@ -46,32 +57,31 @@ func NewCert(t testing.TB) *Cert {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	kder, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
 	c := &Cert{Pool: x509.NewCertPool()}
 	if c.TLS, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	c.Pool.AddCert(leaf)
-	dir := t.TempDir()
 	c.CertFile, c.KeyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	if err := os.WriteFile(c.CertFile, certPEM, 0o600); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := os.WriteFile(c.KeyFile, keyPEM, 0o600); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return c
+	return c, nil
 }
 
 // Client is a client config that trusts only c, offering protos by ALPN.

@@ -30,6 +30,9 @@ type spec struct {
 	make       func() contender
 	// check, if set, says why the contender cannot run on this machine.
 	check func() error
+	// noTLS, if set, says why the contender has no TLS mode: its runs with
+	// -tls or -h2 are skipped with it.
+	noTLS string
 }
 
 // runEnv is what a contender gets from the run.
@@ -38,6 +41,7 @@ type runEnv struct {
 	dir       string   // private directory, removed after the run
 	workerBin string   // the binary run for workers (it calls worker.Main)
 	stderr    *os.File // workers' stderr: a file, since upgraded processes inherit it
+	extra     []string // environment of every worker (TLS certificate)
 	gen       int      // last generation started
 	bpfDir    string   // a bpf filesystem, for contenders that need one
 }

@@ -50,6 +50,21 @@
 // handoff.Upgrader.HandleConns, as zerodrop.Serve wires them); the other
 // contenders cannot, and their clients reconnect.
 //
+// With -tls every Go worker serves HTTPS (http.Server.ServeTLS, or
+// drain.Server.ServeTLS for zerodrop's; HTTP/2 offered by ALPN, net/http's
+// default) with a self-signed ECDSA certificate each run child makes for
+// 127.0.0.1 (netnstest.WriteCert) and passes to its workers
+// (worker.EnvTLSCert, EnvTLSKey), and the load speaks HTTP/1.1 over TLS
+// trusting only that certificate: a new connection and a full handshake per
+// request, or kept alive with -keepalive. zd-handoff's worker then hands no
+// connection over (TLS connections cannot be passed): its predecessor drains
+// them. -h2 loads HTTP/2 over TLS instead (load.Config.HTTP2: net/http's
+// Transport speaking HTTP/2 only, -h2-streams workers sharing each
+// connection); results.md adds a table of the requests the Transport retried
+// (a stream refused, or above a GOAWAY's last stream id, sent again on
+// another connection). The nginx contenders and zd-systemd-pid1 have no TLS
+// mode and are skipped. results.md names the mode in its header.
+//
 // A restart is one replacement: a worker of a SO_REUSEPORT pool rolled (the
 // pools have 4 workers, rolled round-robin), a process upgraded or
 // restarted, or one nginx reload.

@@ -64,6 +64,9 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.base.Window, "window", 100*time.Millisecond, "buckets this close to a restart count as around it")
 	fs.DurationVar(&o.base.Timeout, "timeout", 2*time.Second, "per-request timeout")
 	fs.BoolVar(&o.base.KeepAlive, "keepalive", false, "reuse connections instead of one per request")
+	fs.BoolVar(&o.base.TLS, "tls", false, "serve and load HTTPS (TLS, HTTP/1.1 from the load; a handshake per request unless -keepalive)")
+	fs.BoolVar(&o.base.HTTP2, "h2", false, "load HTTP/2 over TLS (net/http's Transport, -h2-streams workers per connection); implies -tls")
+	fs.IntVar(&o.base.StreamsPerConn, "h2-streams", 8, "with -h2: workers sharing each HTTP/2 connection")
 	fs.Float64Var(&o.base.Rate, "rate", 0, "open loop: this many requests per second (0: closed loop)")
 	fs.IntVar(&o.base.Pool, "pool", 0, "a sparse keep-alive pool of this many clients, each on one connection of its own, instead of -c")
 	interval := fs.String("pool-interval", "50ms-500ms", "with -pool: each client's interval between requests, `min-max`")
@@ -72,6 +75,14 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.base.Pool < 0 || o.base.Pool > 0 && o.base.Rate > 0 {
 		return o, errors.New("-pool must not be negative, nor set with -rate")
+	}
+	if o.base.HTTP2 {
+		if o.base.Pool > 0 || o.base.StreamsPerConn < 1 {
+			return o, errors.New("-h2 needs -h2-streams of 1 or more, and no -pool")
+		}
+		o.base.TLS = true
+	} else {
+		o.base.StreamsPerConn = 0
 	}
 	lo, hi, err := parseInterval(*interval)
 	if err != nil {
@@ -196,6 +207,7 @@ func bench(ctx context.Context, o options, w io.Writer) error {
 	defer logf.Close()
 	linked := workerLinkage(workerBins(o.worker), w)
 	fmt.Fprintln(w, "workers:", linked)
+	fmt.Fprintln(w, "mode:", o.base.mode())
 	start := time.Now()
 	var all []runResult
 	for rep := 1; rep <= o.reps; rep++ {
@@ -218,7 +230,7 @@ func bench(ctx context.Context, o options, w io.Writer) error {
 			}
 		}
 	}
-	header := machine(os.Args, time.Since(start)) + "\nWorkers: " + linked + "\n"
+	header := machine(os.Args, time.Since(start)) + "\nMode: " + o.base.mode() + "\n\nWorkers: " + linked + "\n"
 	return writeSummary(o.out, header, all)
 }
 

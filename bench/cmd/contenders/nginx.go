@@ -23,12 +23,13 @@ func nginxSpecs() []spec {
 		}
 		return nil
 	}
+	const noTLS = "no TLS mode: the nginx configuration serves plain HTTP"
 	return []spec{
-		{name: "nginx", check: check, about: "nginx, 4 workers, nginx -s reload",
+		{name: "nginx", check: check, noTLS: noTLS, about: "nginx, 4 workers, nginx -s reload",
 			make: func() contender { return &nginx{workers: [2]int{4, 4}} }},
-		{name: "nginx-reuseport", check: check, about: "the same with listen ... reuseport",
+		{name: "nginx-reuseport", check: check, noTLS: noTLS, about: "the same with listen ... reuseport",
 			make: func() contender { return &nginx{workers: [2]int{4, 4}, reuseport: true} }},
-		{name: "nginx-reuseport-4to2", check: check,
+		{name: "nginx-reuseport-4to2", check: check, noTLS: noTLS,
 			about: "reuseport, worker_processes alternating 4 and 2 (every other reload closes 2 sockets)",
 			make:  func() contender { return &nginx{workers: [2]int{4, 2}, reuseport: true} }},
 	}

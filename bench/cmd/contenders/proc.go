@@ -53,6 +53,7 @@ func (e *runEnv) startWorker(ctx context.Context, mode, gen string, env []string
 		cmd.ExtraFiles = files
 		cmd.Env = append(cmd.Env, worker.EnvListenPIDSelf+"=1")
 	}
+	cmd.Env = append(cmd.Env, e.extra...)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = w, e.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

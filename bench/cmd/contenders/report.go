@@ -44,12 +44,18 @@ type summary struct {
 	// the connections they opened. Each client dials once unless the
 	// server closes its connection: ReconnectsPerRestart is (Dials - Pool
 	// per repetition) / Restarts.
-	Pool                 int      `json:"pool,omitempty"`
-	Dials                int64    `json:"dials"`
-	DialsPerRep          []int64  `json:"dials_per_rep"`
-	ReconnectsPerRestart float64  `json:"reconnects_per_restart"`
-	Skipped              string   `json:"skipped,omitempty"`
-	Errors               []string `json:"errors,omitempty"`
+	Pool                 int     `json:"pool,omitempty"`
+	Dials                int64   `json:"dials"`
+	DialsPerRep          []int64 `json:"dials_per_rep"`
+	ReconnectsPerRestart float64 `json:"reconnects_per_restart"`
+	// HTTP2 marks the runs of HTTP/2 load; Retried counts the requests
+	// net/http's Transport sent more than once (a stream refused or above a
+	// GOAWAY's last stream id, sent again on another connection).
+	HTTP2         bool     `json:"http2,omitempty"`
+	Retried       int64    `json:"retried"`
+	RetriedPerRep []int64  `json:"retried_per_rep"`
+	Skipped       string   `json:"skipped,omitempty"`
+	Errors        []string `json:"errors,omitempty"`
 }
 
 // summarize groups runs by contender and concurrency, in the order they ran.
@@ -101,6 +107,9 @@ func (s *summary) add(r runResult) {
 	s.Pool = r.Load.Pool
 	s.Dials += r.Load.Dials
 	s.DialsPerRep = append(s.DialsPerRep, r.Load.Dials)
+	s.HTTP2 = r.Spec.HTTP2
+	s.Retried += r.Load.Retried
+	s.RetriedPerRep = append(s.RetriedPerRep, r.Load.Retried)
 	for k, v := range r.Load.FailedByClass {
 		s.FailedByClass[k] += v
 	}
@@ -163,6 +172,7 @@ func writeMarkdown(w io.Writer, rows []summary) {
 			s.P50Restart, s.P99Restart, s.MaxRestart, ratio)
 	}
 	writePool(w, rows)
+	writeHTTP2(w, rows)
 	fmt.Fprintln(w, "\nKernel counters, deltas summed over the repetitions (each run in its own namespace):")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| contender | c | MigrateReqSuccess | MigrateReqFailure | ListenOverflows | ListenDrops | Tcp.OutRsts | Tcp.EstabResets |")
@@ -194,20 +204,40 @@ func writeMarkdown(w io.Writer, rows []summary) {
 // writePool writes the table of the keep-alive pool runs, if any: failed
 // requests and the connections the clients opened again.
 func writePool(w io.Writer, rows []summary) {
+	writeExtra(w, rows, func(s summary) bool { return s.Pool > 0 },
+		"Keep-alive pool: each client dials once unless the server closes its connection; reconnects per restart = (dials - clients per repetition) / restarts:",
+		"| contender | clients | restarts | failed (per rep) | dials (per rep) | reconnects per restart |",
+		func(s summary) string {
+			return fmt.Sprintf("| %s | %d | %d | %d (%s) | %d (%s) | %.2f |", s.Contender, s.Pool, s.Restarts,
+				s.Failed, joinInts(s.FailedPerRep), s.Dials, joinInts(s.DialsPerRep), s.ReconnectsPerRestart)
+		})
+}
+
+// writeHTTP2 writes the table of the HTTP/2 runs, if any: failed requests,
+// the requests the Transport sent again, and the connections dialled.
+func writeHTTP2(w io.Writer, rows []summary) {
+	writeExtra(w, rows, func(s summary) bool { return s.HTTP2 },
+		"HTTP/2: a request counts once, failed if its last try failed; retried = requests net/http's Transport sent again on another connection (a stream refused, or above a GOAWAY's last stream id):",
+		"| contender | c | restarts | failed (per rep) | retried (per rep) | dials (per rep) |",
+		func(s summary) string {
+			return fmt.Sprintf("| %s | %d | %d | %d (%s) | %d (%s) | %d (%s) |", s.Contender, s.Concurrency, s.Restarts,
+				s.Failed, joinInts(s.FailedPerRep), s.Retried, joinInts(s.RetriedPerRep), s.Dials, joinInts(s.DialsPerRep))
+		})
+}
+
+// writeExtra writes a table of the rows that ran and that pick selects, if
+// any: intro, then the header line (of six columns), then a line per row.
+func writeExtra(w io.Writer, rows []summary, pick func(summary) bool, intro, header string, line func(summary) string) {
 	head := false
 	for _, s := range rows {
-		if s.Skipped != "" || s.Pool == 0 {
+		if s.Skipped != "" || !pick(s) {
 			continue
 		}
 		if !head {
 			head = true
-			fmt.Fprintln(w, "\nKeep-alive pool: each client dials once unless the server closes its connection; reconnects per restart = (dials - clients per repetition) / restarts:")
-			fmt.Fprintln(w)
-			fmt.Fprintln(w, "| contender | clients | restarts | failed (per rep) | dials (per rep) | reconnects per restart |")
-			fmt.Fprintln(w, "|---|---|---|---|---|---|")
+			fmt.Fprintf(w, "\n%s\n\n%s\n|---|---|---|---|---|---|\n", intro, header)
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %d (%s) | %d (%s) | %.2f |\n", s.Contender, s.Pool, s.Restarts,
-			s.Failed, joinInts(s.FailedPerRep), s.Dials, joinInts(s.DialsPerRep), s.ReconnectsPerRestart)
+		fmt.Fprintln(w, line(s))
 	}
 }
 
@@ -272,6 +302,9 @@ func progressLine(r runResult) string {
 		head, r.Restarts, median(r.RestartMS), l.Requests, l.Failed, classList(l.FailedByClass), l.P99MSSteady, l.P99MSRestart)
 	if l.Pool > 0 {
 		line += fmt.Sprintf(", %d dials by %d clients", l.Dials, l.Pool)
+	}
+	if s.HTTP2 {
+		line += fmt.Sprintf(", %d retried, %d dials", l.Retried, l.Dials)
 	}
 	if r.Error != "" {
 		line += "; error: " + r.Error

@@ -152,6 +152,36 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+// -h2 implies -tls; the header names the mode.
+func TestParseTLSFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		tls  bool
+		h2   int // StreamsPerConn
+		mode string
+	}{
+		{nil, false, 0, "plain HTTP/1.1, a new connection per request"},
+		{[]string{"-tls"}, true, 0, "HTTPS (TLS 1.3, HTTP/1.1), a new connection and a full handshake per request"},
+		{[]string{"-tls", "-keepalive"}, true, 0, "HTTPS (TLS 1.3, HTTP/1.1), keep-alive"},
+		{[]string{"-h2"}, true, 8, "HTTP/2 over TLS (ALPN h2), net/http's Transport, 8 workers' streams per connection"},
+		{[]string{"-h2", "-h2-streams", "16"}, true, 16, "HTTP/2 over TLS (ALPN h2), net/http's Transport, 16 workers' streams per connection"},
+	} {
+		o, err := parseFlags(tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.base.TLS != tc.tls || o.base.HTTP2 != (tc.h2 > 0) || o.base.StreamsPerConn != tc.h2 || o.base.mode() != tc.mode {
+			t.Errorf("parseFlags(%q): TLS %v HTTP2 %v streams %d mode %q; want %v %v %d %q", tc.args,
+				o.base.TLS, o.base.HTTP2, o.base.StreamsPerConn, o.base.mode(), tc.tls, tc.h2 > 0, tc.h2, tc.mode)
+		}
+	}
+	for _, bad := range [][]string{{"-h2", "-pool", "4"}, {"-h2", "-h2-streams", "0"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("parseFlags(%q): no error", bad)
+		}
+	}
+}
+
 func TestParsePoolFlags(t *testing.T) {
 	o, err := parseFlags([]string{"-c", "8", "-pool", "32", "-pool-interval", "10ms-20ms"})
 	if err != nil {
@@ -207,5 +237,25 @@ func TestSummarizePool(t *testing.T) {
 	writeMarkdown(&plain, rows[2:])
 	if strings.Contains(plain.String(), "Keep-alive pool") {
 		t.Errorf("a pool table without pool runs:\n%s", plain.String())
+	}
+}
+
+// An HTTP/2 run's row adds up the requests the Transport retried; the
+// HTTP/2 table lists only HTTP/2 runs.
+func TestSummarizeHTTP2(t *testing.T) {
+	h2 := func(name string, rep int, failed, retried, dials int64) runResult {
+		r := fakeRun(name, 64, rep, failed, 1)
+		r.Spec.TLS, r.Spec.HTTP2 = true, true
+		r.Load.Retried, r.Load.Dials = retried, dials
+		return r
+	}
+	rows := summarize([]runResult{h2("zd-handoff", 1, 0, 12, 808), h2("zd-handoff", 2, 0, 9, 806), fakeRun("naive", 64, 1, 3, 1)})
+	var md strings.Builder
+	writeMarkdown(&md, rows)
+	if want := "| zd-handoff | 64 | 20 | 0 (0/0) | 21 (12/9) | 1614 (808/806) |"; !strings.Contains(md.String(), want) {
+		t.Errorf("markdown lacks %q:\n%s", want, md.String())
+	}
+	if strings.Count(md.String(), "HTTP/2: a request counts once") != 1 || strings.Contains(md.String(), "| naive | 64 | 10 | 3 (3) |") {
+		t.Errorf("want one HTTP/2 table, without the plain run:\n%s", md.String())
 	}
 }

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"time"
 
+	"github.com/zerodrop/zerodrop/bench/internal/worker"
 	"github.com/zerodrop/zerodrop/internal/load"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"golang.org/x/sys/unix"
 )
@@ -28,13 +31,40 @@ type runSpec struct {
 	Window      time.Duration `json:"window_ns"` // around a mark
 	Timeout     time.Duration `json:"timeout_ns"`
 	KeepAlive   bool          `json:"keepalive"`
-	Rate        float64       `json:"rate,omitempty"` // open loop: requests per second
+	// TLS serves and loads HTTPS (HTTP/1.1 from the load, a new connection
+	// and handshake per request unless KeepAlive); HTTP2 loads HTTP/2 over
+	// TLS, StreamsPerConn workers sharing each connection.
+	TLS            bool    `json:"tls,omitempty"`
+	HTTP2          bool    `json:"http2,omitempty"`
+	StreamsPerConn int     `json:"streams_per_conn,omitempty"`
+	Rate           float64 `json:"rate,omitempty"` // open loop: requests per second
 	// Pool, when positive, is the number of clients of a sparse keep-alive
 	// pool (load.Config.Pool), each sending at intervals in [PoolMin,
 	// PoolMax]; Concurrency then equals it.
 	Pool    int           `json:"pool,omitempty"`
 	PoolMin time.Duration `json:"pool_min_ns,omitempty"`
 	PoolMax time.Duration `json:"pool_max_ns,omitempty"`
+}
+
+// mode describes the load of s in words, for the results' header.
+func (s runSpec) mode() string {
+	conn := "a new connection per request"
+	if s.KeepAlive {
+		conn = "keep-alive"
+	}
+	switch {
+	case s.Pool > 0 && s.TLS:
+		return fmt.Sprintf("HTTPS (TLS), sparse keep-alive pool of %d clients", s.Pool)
+	case s.Pool > 0:
+		return fmt.Sprintf("plain HTTP/1.1, sparse keep-alive pool of %d clients", s.Pool)
+	case s.HTTP2:
+		return fmt.Sprintf("HTTP/2 over TLS (ALPN h2), net/http's Transport, %d workers' streams per connection", s.StreamsPerConn)
+	case s.TLS && !s.KeepAlive:
+		return "HTTPS (TLS 1.3, HTTP/1.1), a new connection and a full handshake per request"
+	case s.TLS:
+		return "HTTPS (TLS 1.3, HTTP/1.1), keep-alive"
+	}
+	return "plain HTTP/1.1, " + conn
 }
 
 // maxDuration bounds a run: every restart may take as long as a worker may
@@ -106,6 +136,22 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 		}
 	}
 	env := &runEnv{addr: "127.0.0.1:" + strconv.Itoa(benchPort), dir: dir, workerBin: bin, stderr: stderr}
+	url := "http://" + env.addr + "/"
+	var clientTLS *tls.Config
+	if s.TLS || s.HTTP2 {
+		if sp.noTLS != "" {
+			res.Skipped = sp.noTLS
+			return nil
+		}
+		// The run's own certificate, for 127.0.0.1; the load trusts only
+		// it.
+		cert, err := netnstest.WriteCert(dir, 24*time.Hour)
+		if err != nil {
+			return fmt.Errorf("certificate: %w", err)
+		}
+		env.extra = []string{worker.EnvTLSCert + "=" + cert.CertFile, worker.EnvTLSKey + "=" + cert.KeyFile}
+		url, clientTLS = "https://"+env.addr+"/", &tls.Config{RootCAs: cert.Pool}
+	}
 	if sp.bpf {
 		if env.bpfDir, err = mountBPF(dir); err != nil {
 			return fmt.Errorf("%s: %w", sp.name, err)
@@ -116,9 +162,9 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	if err := c.start(ctx, env); err != nil {
 		return fmt.Errorf("%s: start: %w", sp.name, err)
 	}
-	g, err := load.New(load.Config{URL: "http://" + env.addr + "/", Concurrency: s.Concurrency,
-		Rate: s.Rate, Duration: s.maxDuration(), Timeout: s.Timeout, KeepAlive: s.KeepAlive, Header: "X-Generation",
-		Window: s.Window, Pool: s.Pool, PoolMin: s.PoolMin, PoolMax: s.PoolMax})
+	g, err := load.New(load.Config{URL: url, TLS: clientTLS, HTTP2: s.HTTP2, StreamsPerConn: s.StreamsPerConn,
+		Concurrency: s.Concurrency, Rate: s.Rate, Duration: s.maxDuration(), Timeout: s.Timeout,
+		KeepAlive: s.KeepAlive, Header: "X-Generation", Window: s.Window, Pool: s.Pool, PoolMin: s.PoolMin, PoolMax: s.PoolMax})
 	if err != nil {
 		c.stop(ctx)
 		return err

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/load"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 )
 
@@ -66,16 +67,7 @@ func TestRunPool(t *testing.T) {
 					Period: 300 * time.Millisecond, Lead: 300 * time.Millisecond, Tail: 300 * time.Millisecond,
 					Window: 100 * time.Millisecond, Timeout: 2 * time.Second,
 					Pool: clients, PoolMin: 20 * time.Millisecond, PoolMax: 100 * time.Millisecond}
-				logs, err := os.CreateTemp(t.TempDir(), "workers")
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer logs.Close()
-				res := runOne(t.Context(), s, logs)
-				if res.Error != "" || res.Load == nil {
-					out, _ := os.ReadFile(logs.Name())
-					t.Fatalf("run: %s; workers said:\n%s", res.Error, out)
-				}
+				res, workers := runLogged(t, s)
 				l := res.Load
 				if res.Restarts != restarts || l.Pool != clients || l.Requests == 0 {
 					t.Fatalf("%d restarts, pool %d, %d requests; want %d, %d, some", res.Restarts, l.Pool, l.Requests, restarts, clients)
@@ -84,9 +76,8 @@ func TestRunPool(t *testing.T) {
 				switch name {
 				case "zd-handoff":
 					if l.Failed != 0 || l.Dials != clients {
-						out, _ := os.ReadFile(logs.Name())
 						t.Errorf("%d failed %v, %d dials; want 0 failed and %d dials (no reconnect); workers said:\n%s",
-							l.Failed, l.Errors, l.Dials, clients, out)
+							l.Failed, l.Errors, l.Dials, clients, workers())
 					}
 				case "naive":
 					// Every restart closes every connection: each client
@@ -98,6 +89,27 @@ func TestRunPool(t *testing.T) {
 			})
 		})
 	}
+}
+
+// runLogged runs s with runOne, the workers' output in a temporary file,
+// and fails t with that output if the run failed or measured nothing. It
+// returns the result and a function that reads the workers' output.
+func runLogged(t *testing.T, s runSpec) (runResult, func() string) {
+	t.Helper()
+	logs, err := os.CreateTemp(t.TempDir(), "workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logs.Close() })
+	workers := func() string {
+		out, _ := os.ReadFile(logs.Name())
+		return string(out)
+	}
+	res := runOne(t.Context(), s, logs)
+	if res.Error != "" || res.Load == nil {
+		t.Fatalf("run: %s; workers said:\n%s", res.Error, workers())
+	}
+	return res, workers
 }
 
 // fake is a contender whose restarts take a given time.
@@ -148,4 +160,60 @@ func TestScheduleCanceled(t *testing.T) {
 	if len(took) != 0 || !errors.Is(err, context.Canceled) {
 		t.Errorf("schedule = %v, %v; want nothing done, context.Canceled", took, err)
 	}
+}
+
+// The TLS modes, briefly, in fresh namespaces: every worker mode the
+// benchmark compares serves HTTPS (HTTP/2 by ALPN) with the run's
+// certificate, the load trusts it, and new generations answer across the
+// restarts. The load speaks TLS only (HTTP/2 only with HTTP2), so any ok
+// reply came over it.
+func TestRunTLS(t *testing.T) {
+	for _, tc := range []struct {
+		mode            string
+		keepAlive, http bool
+		contenders      []string
+	}{
+		{"tls", false, false, []string{"naive", "tableflip", "zd-drain", "zd-handoff"}},
+		{"tls-keepalive", true, false, []string{"zd-handoff"}},
+		{"h2", false, true, []string{"naive", "zd-handoff", "zd-drain"}},
+	} {
+		for _, name := range tc.contenders {
+			t.Run(tc.mode+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+					// 4 restarts: every worker of zd-drain's pool of 4 is
+					// rolled, the one holding the HTTP/2 connections too.
+					s := runSpec{Contender: name, Concurrency: 8, Rep: 1, Restarts: 4,
+						Period: 300 * time.Millisecond, Lead: 200 * time.Millisecond, Tail: 300 * time.Millisecond,
+						Window: 100 * time.Millisecond, Timeout: 2 * time.Second,
+						TLS: true, KeepAlive: tc.keepAlive, HTTP2: tc.http}
+					if tc.http {
+						s.StreamsPerConn = 4
+					}
+					res, _ := runLogged(t, s)
+					l := res.Load
+					t.Logf("%d requests, %d failed %v, %d retried, %d dials", l.Requests, l.Failed, l.FailedByClass, l.Retried, l.Dials)
+					if res.Restarts != 4 || l.Requests == 0 || l.Failed == l.Requests || len(l.Headers) < 2 {
+						t.Errorf("%d restarts, %d requests, %d failed (%v), answered by generations %v; want 4 restarts, replies from 2 generations or more",
+							res.Restarts, l.Requests, l.Failed, l.Errors, l.Headers)
+					}
+					// HTTP/2: 8 workers, 4 per connection, so a few
+					// connections per generation (a GOAWAY makes the
+					// Transports dial again), not one per request; plus one
+					// dial per request refused while no server listens
+					// (naive).
+					if dials := l.Dials - l.FailedByClass[load.Refused]; tc.http && dials > 4*int64(len(l.Headers))+4 {
+						t.Errorf("%d dials over HTTP/2 (%d refused) for %d generations; want a few each",
+							l.Dials, l.FailedByClass[load.Refused], len(l.Headers))
+					}
+				})
+			})
+		}
+	}
+	t.Run("nginx-skipped", func(t *testing.T) {
+		res := runOne(t.Context(), runSpec{Contender: "nginx", TLS: true}, os.Stderr)
+		if res.Skipped == "" {
+			t.Errorf("nginx with TLS: %+v, want skipped", res)
+		}
+	})
 }

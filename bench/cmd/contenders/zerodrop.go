@@ -25,7 +25,7 @@ func zerodropSpecs() []spec {
 		{name: "zd-systemd-pid1",
 			about: "zerodrop: systemctl restart of a Type=notify service under the real systemd (PID 1 of a sandbox), listener in its fd store",
 			make:  func() contender { return &pid1Contender{} },
-			check: sysdbox.CheckTools},
+			check: sysdbox.CheckTools, noTLS: "no TLS mode: the unit does not pass the certificate"},
 		{name: "zd-steer", bpf: true,
 			about: "zerodrop: 4 reuseport workers in a reuseport/steer eBPF group, tcp_migrate_req=0, drain.Server steering away",
 			make:  func() contender { return &pool{mode: "steer", n: 4} }},

@@ -31,6 +31,12 @@ const (
 	EnvBPF  = "ZD_BENCH_BPF"    // a bpf filesystem for pins, or ""
 	EnvCPU  = "ZD_BENCH_CPU"    // the worker's SO_INCOMING_CPU (mode "cpu")
 
+	// EnvTLSCert and EnvTLSKey, when set, name the PEM files of the
+	// certificate and key every mode then serves HTTPS with (HTTP/2 offered
+	// by ALPN, net/http's default over TLS).
+	EnvTLSCert = "ZD_BENCH_TLS_CERT"
+	EnvTLSKey  = "ZD_BENCH_TLS_KEY"
+
 	// EnvListenPIDSelf, when set, has a systemd worker set LISTEN_PID to its
 	// own pid before it reads LISTEN_FDS. systemd sets it in the child
 	// between fork and exec; os/exec cannot, and a shell that exports $$
@@ -42,6 +48,10 @@ const (
 	// inherit), has every Go worker log the connections net/http closes
 	// before they sent a request.
 	EnvTrace = "ZD_BENCH_TRACE"
+
+	// EnvReports, when set (in the harness's environment), has every
+	// zerodrop worker log each drain report, not only the notable ones.
+	EnvReports = "ZD_BENCH_REPORTS"
 )
 
 // ShutdownTimeout bounds a worker's graceful shutdown.
@@ -71,6 +81,9 @@ func Register(name string, m Mode) { modes[name] = m }
 type Worker struct {
 	Addr, Gen, Dir string
 	Sigs           chan os.Signal // every signal but SIGTERM and SIGINT
+	// CertFile and KeyFile, if set (EnvTLSCert, EnvTLSKey), make the
+	// worker serve HTTPS.
+	CertFile, KeyFile string
 }
 
 // Main runs the worker mode named by EnvRole and exits, or returns if this
@@ -87,7 +100,7 @@ func Main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	w := &Worker{Addr: os.Getenv(EnvAddr), Gen: os.Getenv(EnvGen), Dir: os.Getenv(EnvDir),
-		Sigs: make(chan os.Signal, 1)}
+		Sigs: make(chan os.Signal, 1), CertFile: os.Getenv(EnvTLSCert), KeyFile: os.Getenv(EnvTLSKey)}
 	if w.Gen == "" {
 		w.Gen = strconv.Itoa(os.Getpid()) // processes that upgrade themselves
 	}
@@ -182,12 +195,24 @@ func socketState(c net.Conn) string {
 	return st
 }
 
+// TLS reports whether the worker serves HTTPS.
+func (w *Worker) TLS() bool { return w.CertFile != "" }
+
+// Serve serves ln with srv: srv.Serve, or srv.ServeTLS with the worker's
+// certificate (HTTP/2 offered by ALPN) if it serves HTTPS.
+func (w *Worker) Serve(srv *http.Server, ln net.Listener) error {
+	if w.TLS() {
+		return srv.ServeTLS(ln, w.CertFile, w.KeyFile)
+	}
+	return srv.Serve(ln)
+}
+
 // serveUntil serves ln with a plain http.Server until ctx ends, then calls
 // Shutdown, as most Go servers do.
 func (w *Worker) serveUntil(ctx context.Context, ln net.Listener) error {
 	srv := w.NewServer()
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() { done <- w.Serve(srv, ln) }()
 	w.Ready()
 	select {
 	case err := <-done:

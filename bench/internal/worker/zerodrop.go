@@ -67,10 +67,14 @@ func serveHandoff(ctx context.Context, w *Worker) error {
 		return err
 	}
 	ds := w.drainServer()
-	ds.HandOver = handOver(u, handoffName)
-	if err := u.HandleConns(handoffName, func(pc handoff.PassedConn) { ds.ServeConn(pc.Conn, pc.State) }); err != nil {
-		ln.Close()
-		return err
+	// TLS connections are never handed over (drain.Server.HandOver works
+	// with Serve only): over TLS the predecessor drains them.
+	if !w.TLS() {
+		ds.HandOver = handOver(u, handoffName)
+		if err := u.HandleConns(handoffName, func(pc handoff.PassedConn) { ds.ServeConn(pc.Conn, pc.State) }); err != nil {
+			ln.Close()
+			return err
+		}
 	}
 	stop := make(chan struct{})
 	go func() {
@@ -132,8 +136,9 @@ func serveSystemd(ctx context.Context, w *Worker) error {
 	return w.ServeDrained(ln, func() error { return n.Ready("") }, ctx.Done())
 }
 
-// ServeDrained serves ln with a drain.Server, calls ready, says it is ready,
-// and drains when stop closes.
+// ServeDrained serves ln with a drain.Server (HTTPS with ServeTLS if the
+// worker serves TLS), calls ready, says it is ready, and drains when stop
+// closes.
 func (w *Worker) ServeDrained(ln net.Listener, ready func() error, stop <-chan struct{}, opts ...drain.Options) error {
 	return w.serveDrainedBy(w.drainServer(opts...), ln, ready, stop)
 }
@@ -157,7 +162,13 @@ func (w *Worker) drainServer(opts ...drain.Options) *drain.Server {
 // drains when stop closes.
 func (w *Worker) serveDrainedBy(ds *drain.Server, ln net.Listener, ready func() error, stop <-chan struct{}) error {
 	errc := make(chan error, 1)
-	go func() { errc <- ds.Serve(ln) }()
+	go func() {
+		if w.TLS() {
+			errc <- ds.ServeTLS(ln, w.CertFile, w.KeyFile)
+		} else {
+			errc <- ds.Serve(ln)
+		}
+	}()
 	if err := ready(); err != nil {
 		ds.Shutdown(context.Background())
 		<-errc
@@ -192,10 +203,11 @@ func logNotStepOut(r *drain.Report) {
 // migrations, resets sent during the stop, errors, a step-out refused or
 // handshakes left in flight, connections closed without a request, idle
 // (each a request its client may have had in flight) or at the deadline, a
-// connection handoff that stopped early or returned connections.
+// connection handoff that stopped early or returned connections; with
+// EnvReports set, always.
 func logNotable(r *drain.Report) {
 	h := r.HTTP
-	if r.Remainder == 0 && r.MigrateFailed == 0 && r.OutRsts == 0 && len(r.Errors) == 0 &&
+	if os.Getenv(EnvReports) == "" && r.Remainder == 0 && r.MigrateFailed == 0 && r.OutRsts == 0 && len(r.Errors) == 0 &&
 		r.StepOutRefused == "" && r.HandshakesLeft == 0 &&
 		(h == nil || (h.SilentClosed == 0 && len(h.Forced) == 0 && h.IdleClosed == 0 &&
 			h.HandOverError == "" && h.HandOverReturned == 0)) {

@@ -40,7 +40,7 @@ func serveTableflip(ctx context.Context, w *worker.Worker) error {
 	}
 	srv := w.NewServer()
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() { done <- w.Serve(srv, ln) }()
 	if err := upg.Ready(); err != nil {
 		srv.Close()
 		<-done
