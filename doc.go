@@ -24,7 +24,14 @@
 // listeners come from systemd socket activation when systemd passed them
 // (LISTEN_FDS), else they are fresh. Under systemd (NOTIFY_SOCKET), Serve
 // sends READY=1, MAINPID= after a reload, STOPPING=1 at a stop, and the
-// watchdog pings systemd asks for.
+// watchdog pings systemd asks for; it starts a successor as systemd's child
+// (systemd.StartSuccessor), so that systemd waits for its drain at the next
+// stop.
+//
+// Serve is built on Open: a Generation is one process's listeners, taken the
+// same way, with Ready, Wait (the signals, successors started, why to stop)
+// and Stopping. A server that is not an http.Server runs on one: package
+// grpc's Serve does, for grpc.Server.
 //
 // # Platform
 //

@@ -9,6 +9,7 @@ import (
 
 func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("generation", generationMain)
+	netnstest.RegisterHelper("activated", activatedMain)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }

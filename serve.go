@@ -8,15 +8,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/handoff"
-	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
 )
@@ -46,7 +43,9 @@ type Options struct {
 	UpgradeSignals, Signals []os.Signal
 	// Successor returns the command that starts the next generation; default:
 	// this executable with our arguments, environment, stdout and stderr.
-	// It must not be started yet.
+	// It must not be started yet. Under systemd it is started as systemd's
+	// child (systemd.StartSuccessor), so that systemd waits for its drain at
+	// the next stop.
 	Successor func() *exec.Cmd
 	// ReadyPath, if set, answers readiness on that path of every listener
 	// (drain.Server.Ready: 200 while serving, 503 once the stop began)
@@ -76,6 +75,12 @@ type Options struct {
 	Pool string
 	// Grace bounds the drain; default 30 s.
 	Grace time.Duration
+	// Hijacked is every listener's drain.Server.Hijacked: if set, it is
+	// called once for each hijacked connection (a WebSocket) still open
+	// when the listener has stopped, for example drain.GoingAway, so that
+	// its owner ends it before Grace runs out. It must not block. Hijacked
+	// connections are never passed to a successor.
+	Hijacked func(net.Conn)
 	// Logger receives what Serve does, and is given to handoff and drain; nil
 	// means no logging.
 	Logger *zap.Logger
@@ -131,18 +136,15 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 	if log == nil {
 		log = zap.NewNop()
 	}
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, orDefault(opts.Signals, syscall.SIGTERM, syscall.SIGINT)...)
-	defer signal.Stop(stop)
-
-	g, err := open(ctx, addrs, opts, log)
+	gen, err := Open(ctx, addrs, opts)
 	if err != nil {
 		return nil, err
 	}
+	g := &generationSet{Generation: gen}
 	defer g.close()
-	rep := &Report{Generation: g.generation()}
+	rep := &Report{Generation: g.Number()}
 	if opts.OnListen != nil {
-		opts.OnListen(rep.Generation, g.addrs())
+		opts.OnListen(rep.Generation, g.Addrs())
 	}
 	servers, served := g.serve(srv, opts, log)
 	shutdown := func(cause string, delay time.Duration) (*Report, error) {
@@ -150,10 +152,7 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 		if g.pool != nil {
 			g.pool.stopListening() // siblings stopping now pick another
 		}
-		log.Info("stopping", zap.String("event", "zerodrop.stop"), zap.Uint64("generation", rep.Generation), zap.String("cause", cause))
-		if n := systemd.FromEnv(); n != nil && cause != causeSuccessor {
-			n.Stopping(fmt.Sprintf("generation %d stopping: %s", rep.Generation, cause))
-		}
+		g.Stopping(cause)
 		var err error
 		rep.Drains, err = drainAll(servers, served, delay, orDefaultDuration(opts.Grace, 30*time.Second))
 		return rep, err
@@ -163,49 +162,25 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 		_, serr := shutdown("connection handoff failed", 0)
 		return rep, errors.Join(err, serr)
 	}
-	if err := g.ready(rep.Generation, addrs, log); err != nil {
+	if err := g.Ready(fmt.Sprintf("generation %d serving %s", rep.Generation, strings.Join(addrs, " "))); err != nil {
 		_, serr := shutdown("ready failed", 0)
 		return rep, errors.Join(err, serr)
 	}
 	if opts.OnServing != nil {
-		opts.OnServing(rep.Generation, g.addrs())
+		opts.OnServing(rep.Generation, g.Addrs())
 	}
-
-	var upgrade chan os.Signal
-	if g.u != nil {
-		upgrade = make(chan os.Signal, 1)
-		signal.Notify(upgrade, orDefault(opts.UpgradeSignals, syscall.SIGHUP)...)
-		defer signal.Stop(upgrade)
+	cause, delay, err := g.Wait(ctx, served.first)
+	if err != nil {
+		_, serr := shutdown(cause, 0)
+		return rep, errors.Join(fmt.Errorf("zerodrop: serve: %w", err), serr)
 	}
-	for {
-		select {
-		case <-upgrade:
-			if err := startSuccessor(opts.Successor, log); err != nil {
-				log.Warn("successor not started", zap.String("event", "zerodrop.successor_failed"), zap.Error(err))
-			}
-		case <-g.exit():
-			return shutdown(causeSuccessor, 0)
-		case sig := <-stop:
-			return shutdown(sig.String(), opts.Delay)
-		case <-ctx.Done():
-			return shutdown(ctx.Err().Error(), opts.Delay)
-		case err := <-served.first:
-			_, serr := shutdown("serve failed", 0)
-			return rep, errors.Join(fmt.Errorf("zerodrop: serve: %w", err), serr)
-		}
-	}
+	return shutdown(cause, delay)
 }
 
-const causeSuccessor = "successor ready"
-
-// generationSet is the listeners of one process and where they came from.
+// generationSet is a Generation and the siblings of Options.Pool.
 type generationSet struct {
-	u     *handoff.Upgrader // nil without Handoff
-	pool  *siblings         // nil without Pool
-	act   *systemd.Activation
-	names []string // the addresses served, the listeners' names for handoff
-	lns   []net.Listener
-	wd    *systemd.Watchdog
+	*Generation
+	pool *siblings // nil without Pool
 }
 
 // handOver is a drain.Server.HandOver that passes the connections of the
@@ -262,128 +237,13 @@ func (g *generationSet) passConns(servers []*drain.Server, opts Options, log *za
 	return nil
 }
 
-func (g *generationSet) generation() uint64 {
-	if g.u == nil {
-		return 1
-	}
-	return g.u.Generation()
-}
-
-func (g *generationSet) addrs() []net.Addr {
-	as := make([]net.Addr, len(g.lns))
-	for i, l := range g.lns {
-		as[i] = l.Addr()
-	}
-	return as
-}
-
-func (g *generationSet) exit() <-chan struct{} {
-	if g.u == nil {
-		return nil
-	}
-	return g.u.Exit()
-}
-
-// open gets every listener, or none: on error the ones already had are closed.
-func open(ctx context.Context, addrs []string, opts Options, log *zap.Logger) (g *generationSet, err error) {
-	g = &generationSet{}
-	defer func() {
-		if err != nil {
-			for _, l := range g.lns {
-				l.Close()
-			}
-			g.close()
-			g = nil
-		}
-	}()
-	cfg := opts.Listen
-	if cfg.Logger == nil {
-		cfg.Logger = opts.Logger
-	}
-	if opts.Handoff != "" {
-		if cfg.Migration == reuseport.MigrationWarn {
-			cfg.Migration = reuseport.MigrationIgnore
-		}
-		g.u, err = handoff.New(ctx, handoff.Config{Path: opts.Handoff, PIDFile: opts.PIDFile, AllowUIDs: opts.AllowUIDs, Listen: cfg, Logger: opts.Logger, OnHandoff: opts.OnHandoff})
-		if err != nil {
-			return g, err
-		}
-	} else if g.act, err = systemd.Activated(); err != nil {
-		return g, err
-	}
-	for _, a := range addrs {
-		var l net.Listener
-		switch {
-		case g.u != nil:
-			l, err = g.u.Listen(ctx, a, "tcp", a)
-		default:
-			l, err = g.act.Listener(ctx, a, "tcp", a, &cfg)
-			if errors.Is(err, systemd.ErrNotFound) || (err == nil && l == nil) {
-				l, err = cfg.Listen(ctx, "tcp", a)
-			}
-		}
-		if err != nil {
-			return g, err
-		}
-		g.names = append(g.names, a)
-		g.lns = append(g.lns, l)
-	}
-	if g.act != nil {
-		if left := g.act.Available(); len(left) > 0 {
-			log.Warn("activated sockets not used", zap.String("event", "zerodrop.unused_fds"), zap.Strings("fds", left))
-		}
-	}
-	return g, nil
-}
-
-// ready tells the predecessor and systemd that we serve, and starts the
-// watchdog pings systemd asked for.
-func (g *generationSet) ready(gen uint64, addrs []string, log *zap.Logger) error {
-	if g.u != nil {
-		if err := g.u.Ready(); err != nil {
-			return err
-		}
-	}
-	n := systemd.FromEnv()
-	if n == nil {
-		return nil
-	}
-	n.Logger = log
-	if gen > 1 { // a reload: we are the service's main process now
-		if err := n.MainPID(os.Getpid()); err != nil {
-			return err
-		}
-	}
-	if err := n.Ready(fmt.Sprintf("generation %d serving %s", gen, strings.Join(addrs, " "))); err != nil {
-		return err
-	}
-	w, err := n.StartWatchdog(context.Background())
-	if err == nil && w == nil && gen > 1 { // WATCHDOG_PID still names the predecessor
-		var iv time.Duration
-		if iv, err = systemd.WatchdogInterval(); err == nil {
-			w = n.Pinger(context.Background(), iv)
-		}
-	}
-	g.wd = w
-	return err
-}
-
-// close releases what the drain did not: the Upgrader, activated fds no
-// address took, the watchdog. Listeners Serve had are closed by the drain;
-// those never served are closed here.
+// close closes the siblings and the Generation (the drain closes the
+// listeners).
 func (g *generationSet) close() {
-	if g.wd != nil {
-		g.wd.Stop()
-	}
 	if g.pool != nil {
 		g.pool.close()
 	}
-	if g.u != nil {
-		g.u.Close()
-	}
-	if g.act != nil {
-		g.act.Close()
-	}
+	g.Close()
 }
 
 // serveResult collects the Serve goroutines' results: first receives the
@@ -397,12 +257,20 @@ type serveResult struct {
 func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) ([]*drain.Server, *serveResult) {
 	res := &serveResult{first: make(chan error, len(g.lns))}
 	servers := make([]*drain.Server, len(g.lns))
-	for i, l := range g.lns {
-		h := srv
+	// Every listener but the first gets a copy of srv, made before anything
+	// changes srv: the first drain.Server wraps srv's Handler, ConnState and
+	// ConnContext as it starts serving, and a copy made after would share
+	// its hooks (and race with them).
+	hs := make([]*http.Server, len(g.lns))
+	for i := range hs {
+		hs[i] = srv
 		if i > 0 {
-			h = copyServer(srv)
+			hs[i] = copyServer(srv)
 		}
-		servers[i] = &drain.Server{HTTP: h, Logger: log, OnReport: opts.OnReport}
+	}
+	for i, l := range g.lns {
+		h := hs[i]
+		servers[i] = &drain.Server{HTTP: h, Logger: log, OnReport: opts.OnReport, Hijacked: opts.Hijacked}
 		if (g.u != nil || opts.Pool != "") && !opts.NoConnHandoff && h.TLSConfig == nil {
 			servers[i].HandOver = g.handOver(g.names[i])
 		}
@@ -470,35 +338,6 @@ func copyServer(s *http.Server) *http.Server {
 		ConnState: s.ConnState, ErrorLog: s.ErrorLog, BaseContext: s.BaseContext, ConnContext: s.ConnContext,
 		HTTP2: s.HTTP2, Protocols: s.Protocols,
 	}
-}
-
-// startSuccessor starts the next generation; it is reaped here if it exits
-// while we run (a failed start: we keep serving).
-func startSuccessor(successor func() *exec.Cmd, log *zap.Logger) error {
-	var cmd *exec.Cmd
-	if successor != nil {
-		cmd = successor()
-	} else {
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		cmd = exec.Command(exe, os.Args[1:]...)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	log.Info("successor started", zap.String("event", "zerodrop.successor"), zap.Int("pid", cmd.Process.Pid), zap.String("path", cmd.Path))
-	go cmd.Wait()
-	return nil
-}
-
-func orDefault(s []os.Signal, def ...os.Signal) []os.Signal {
-	if len(s) > 0 {
-		return s
-	}
-	return def
 }
 
 func orDefaultDuration(d, def time.Duration) time.Duration {

@@ -28,10 +28,12 @@ import (
 // generationMain is one generation of a service built on Serve: it answers
 // every request with its pid, prints "serving <generation> <pid> <addr>" once
 // served and "report <generation> <cause> <method> <lost> <idle closed>
-// <handed over>" when Serve returns (cause with '_' for spaces; lost: queued
-// connections and requests the drain could not serve; idle closed:
-// keep-alive connections the drain closed idle; handed over: connections
-// passed to the successor).
+// <handed over> <tls pending> <tls pending served>" when Serve returns
+// (cause with '_' for spaces; lost: queued connections and requests the
+// drain could not serve; idle closed: keep-alive connections the drain
+// closed idle; handed over: connections passed to the successor; tls
+// pending: TLS connections whose handshake or first request was still to
+// come at the stop, and of those served).
 func generationMain() {
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "%d\n", os.Getpid())
@@ -57,7 +59,8 @@ func generationMain() {
 		os.Exit(1)
 	}
 	d := rep.Drains[0]
-	fmt.Printf("report %d %s %s %d %d %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method, d.Remainder+len(d.HTTP.Forced), d.HTTP.IdleClosed, d.HTTP.HandedOver)
+	fmt.Printf("report %d %s %s %d %d %d %d %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method,
+		d.Remainder+len(d.HTTP.Forced), d.HTTP.IdleClosed, d.HTTP.HandedOver, d.HTTP.TLSPending, d.HTTP.TLSPendingServed)
 }
 
 // TestServeUpgrade runs a service built on Serve through an upgrade and a
@@ -353,4 +356,121 @@ func TestServeBadInput(t *testing.T) {
 			t.Errorf("handoff socket in a world-writable directory: %v, want *handoff.InsecurePathError", err)
 		}
 	})
+}
+
+// TestServeHijacked: Options.Hijacked is every listener's
+// drain.Server.Hijacked. A connection hijacked on each of two addresses is
+// given to it once the stop begins (here it writes a line and closes), and
+// each drain's report counts one; without it nobody tells the connections
+// anything and the reports count none.
+func TestServeHijacked(t *testing.T) {
+	for _, set := range []bool{true, false} {
+		t.Run(map[bool]string{true: "set", false: "unset"}[set], func(t *testing.T) {
+			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+				netnstest.CheckLeaks(t)
+				serveHijacked(t, set)
+			})
+		})
+	}
+}
+
+func serveHijacked(t *testing.T, set bool) {
+	hijacked := make(chan net.Conn, 2)
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		io.WriteString(c, "hijacked\n")
+		hijacked <- c
+	})}
+	var notified atomic.Int32
+	served := make(chan []net.Addr, 1)
+	opts := zerodrop.Options{Grace: 5 * time.Second, OnServing: func(_ uint64, addrs []net.Addr) { served <- addrs }}
+	if set {
+		opts.Hijacked = func(c net.Conn) {
+			notified.Add(1)
+			io.WriteString(c, "going away\n")
+			c.Close()
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		rep *zerodrop.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := zerodrop.Serve(ctx, srv, []string{"127.0.0.1:0", "127.0.0.1:0"}, opts)
+		done <- result{rep, err}
+	}()
+	var addrs []net.Addr
+	select {
+	case addrs = <-served:
+	case r := <-done:
+		t.Fatalf("Serve returned before serving: %v", r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not serving after 10 s")
+	}
+	var clients []net.Conn
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a.String(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		if line := readLine(t, c); line != "hijacked\n" {
+			t.Fatalf("%s answered %q, want the hijacking handler's line", a, line)
+		}
+	}
+	cancel()
+	r := <-done
+	if r.err != nil || len(r.rep.Drains) != 2 {
+		t.Fatalf("Serve: %v, %+v", r.err, r.rep)
+	}
+	want := map[bool]int{true: 1, false: 0}[set]
+	for i, d := range r.rep.Drains {
+		if d.HTTP.HijackedNotified != want {
+			t.Errorf("address %d: report counts %d hijacked connections notified, want %d", i, d.HTTP.HijackedNotified, want)
+		}
+	}
+	for i, c := range clients {
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		line := readLine(t, c)
+		if set && line != "going away\n" || !set && line != "" {
+			t.Errorf("client %d read %q after the stop, want %q", i, line, map[bool]string{true: "going away\n"}[set])
+		}
+	}
+	if int(notified.Load()) != 2*want {
+		t.Errorf("Hijacked called %d times, want %d", notified.Load(), 2*want)
+	}
+	for range addrs {
+		(<-hijacked).Close() // closed already by the callback when set
+	}
+}
+
+// readLine reads from c up to a newline, or what came before an error.
+func readLine(t *testing.T, c net.Conn) string {
+	t.Helper()
+	var b []byte
+	one := make([]byte, 1)
+	for len(b) < 1024 {
+		if _, err := c.Read(one); err != nil {
+			break
+		}
+		b = append(b, one[0])
+		if one[0] == '\n' {
+			break
+		}
+	}
+	return string(b)
 }

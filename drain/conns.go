@@ -23,6 +23,7 @@ type connInfo struct {
 	probed  bool      // its protocol was looked at
 	h2      bool      // HTTP/2 (ALPN h2, or h2c): never closed as idle
 	pending bool      // TLS, in StateNew when the listener stopped
+	g       *h2Conn   // HTTP/2 under the drain's two-step shutdown (goaway.go); set before its first request
 	// resumed: served by ServeConn, a keep-alive connection of another
 	// server (or handed back to us): idle, not new, while in StateNew.
 	resumed bool
@@ -50,6 +51,10 @@ type tracker struct {
 	pendingServed        int // pending connections that were then served
 	userState            func(net.Conn, http.ConnState)
 	userContext          func(context.Context, net.Conn) context.Context
+
+	hs        *http.Server // whose HTTP/2 path twoStep enters
+	stepOnce  sync.Once
+	goingAway bool // HTTP/2 connections get the first step (under mu)
 }
 
 func newTracker(hs *http.Server) *tracker {
@@ -64,6 +69,7 @@ func newTracker(hs *http.Server) *tracker {
 
 // connContext registers a new connection and puts its info in the context.
 func (t *tracker) connContext(ctx context.Context, c net.Conn) context.Context {
+	t.twoStep(t.hs) // net/http has set up its HTTP/2 by now
 	t.mu.Lock()
 	ci := t.conns[c] // registered already by ServeConn
 	if ci == nil {
@@ -83,6 +89,7 @@ func (t *tracker) connContext(ctx context.Context, c net.Conn) context.Context {
 
 // connState follows a connection's state, then calls the user's hook.
 func (t *tracker) connState(c net.Conn, s http.ConnState) {
+	c = h2Key(c) // net/http's HTTP/2 names the connection it serves
 	if dc, ok := c.(*detachConn); ok {
 		dc.state(s)
 	}
@@ -118,11 +125,11 @@ func (t *tracker) connState(c net.Conn, s http.ConnState) {
 // handler counts completed responses around h.
 func (t *tracker) handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if t.closing.Load() {
-			w.Header().Set("Connection", "close")
+		ci, _ := r.Context().Value(connKey{}).(*connInfo)
+		if t.closing.Load() && (ci == nil || ci.g == nil || ci.g.isDone()) {
+			w.Header().Set("Connection", "close") // HTTP/2: a GOAWAY, after the first step only
 		}
 		h.ServeHTTP(w, r)
-		ci, _ := r.Context().Value(connKey{}).(*connInfo)
 		if ci == nil {
 			return
 		}

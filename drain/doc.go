@@ -165,26 +165,42 @@
 //
 // An HTTP/2 connection (ALPN h2, or h2c when HTTP.Protocols enables it) is
 // never closed as an idle one is: that would cut a stream its client opened
-// meanwhile. It is told to go away: its next response carries Connection:
-// close, which net/http turns into a GOAWAY, and http.Server.Shutdown sends
-// one to every HTTP/2 connection left; streams in flight finish
-// (HTTPReport.HTTP2 counts these connections). net/http sends one GOAWAY
-// whose last stream id is the last stream it read, and ignores streams above
-// it; a compliant client retries those (Go's http.Transport does; h2load,
-// which does not, counts them as failed: see BENCHMARKS.md). RFC 9113's
-// two-step shutdown (a GOAWAY with 2^31-1, a PING, then the real last stream
-// id) cannot be done through net/http: its HTTP/2 server has no exported way
-// to write a GOAWAY with a chosen last stream id or a PING on a connection
-// (serverConn.goAway always writes maxClientStreamID, and the Framer is
-// private to the serverConn), and golang.org/x/net/http2.Server has none
-// either.
+// meanwhile. It is told to go away in RFC 9113's two steps (section 6.8):
+// at the stop the drain writes a GOAWAY with the largest stream id, 2^31-1,
+// and a PING, ahead of the next frame net/http writes on it (or after 5 ms if
+// it writes none); the client stops opening streams; the PING's ack shows it
+// has seen the GOAWAY and that every stream it opened before is read. Only
+// then does net/http send its own GOAWAY (the next response's Connection:
+// close, or http.Server.Shutdown), whose last stream id now covers them all;
+// streams in flight finish. net/http alone sends just the second, so a
+// stream the client opened while that GOAWAY was on its way was above it and
+// ignored (a client that retries, such as Go's http.Transport, sent it
+// again; h2load and a POST without GetBody lose it). The acks are awaited
+// for at most NewConnGrace; HTTPReport.HTTP2 counts the HTTP/2 connections,
+// GoAwayAcked and GoAwayUnacked how their first step ended.
+//
+// net/http has no API for this, but it serves HTTP/2 through
+// http.Server.TLSNextProto, and its "unencrypted_http2" entry serves any
+// net.Conn whose preface has been read. The drain sets itself in that path
+// when its Serve or ServeTLS first hands it a connection: for ALPN h2 it
+// reads the 24-byte preface from the *tls.Conn (within 10 s, as net/http
+// would) and gives net/http a connection that follows the frames both ways
+// and reports the TLS state (Request.TLS and net/http's own TLS checks are
+// unchanged); for h2c it wraps the connection net/http passes. Hooks
+// (ConnState, ConnContext) still see the connection net/http accepted. A
+// server whose TLSNextProto lacks these entries (HTTP/2 turned off, or a map
+// of the user's own) keeps net/http's single GOAWAY. A client that reads its
+// GOAWAY while it still has streams queued to send refuses them itself
+// (nghttp2 does, and h2load counts them as failed): they never reached the
+// server, and no GOAWAY can prevent that; see BENCHMARKS.md.
 //
 // # WebSockets
 //
 // A hijacked connection (a WebSocket) is its handler's: net/http's Shutdown
 // does not wait for it. GoingAway is a ready-made Hijacked callback that
 // sends the close frame 1001 "going away" and gives the connection a
-// deadline (examples/websocket shows it with gorilla/websocket).
+// deadline (examples/websocket shows it with gorilla/websocket, through a
+// handoff: zerodrop.Options.Hijacked).
 //
 // The drain runs once. Shutdown may be called from several goroutines: the
 // others wait for it, each bounded by its own ctx, and every caller gets a

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,14 +23,15 @@ type h2Frame struct {
 }
 
 const (
-	h2Data, h2Headers, h2Settings, h2GoAway = 0, 1, 4, 7
-	h2EndStream, h2Ack                      = 1, 1
+	h2Data, h2Headers, h2RSTStream, h2Settings, h2Ping, h2GoAway = 0, 1, 3, 4, 6, 7
+	h2EndStream, h2Ack                                           = 1, 1
 )
 
 // h2Client is a bare HTTP/2 client, written frame by frame so the test sees
 // exactly what the server sends (net/http's client hides GOAWAY).
 type h2Client struct {
 	c       net.Conn
+	mu      sync.Mutex // one frame written at a time
 	started bool
 	goAway  []byte // the last GOAWAY's payload
 }
@@ -57,6 +59,8 @@ func (h *h2Client) write(typ, flags byte, stream uint32, payload []byte) error {
 	b[0], b[1], b[2] = byte(len(payload)>>16), byte(len(payload)>>8), byte(len(payload))
 	b[3], b[4] = typ, flags
 	binary.BigEndian.PutUint32(b[5:], stream)
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	_, err := h.c.Write(append(b, payload...))
 	return err
 }
@@ -72,8 +76,12 @@ func (h *h2Client) read() (h2Frame, error) {
 	if f.typ == h2GoAway {
 		h.goAway = f.payload
 	}
-	if err == nil && f.typ == h2Settings && f.flags&h2Ack == 0 {
+	switch {
+	case err != nil:
+	case f.typ == h2Settings && f.flags&h2Ack == 0:
 		err = h.write(h2Settings, h2Ack, 0, nil)
+	case f.typ == h2Ping && f.flags&h2Ack == 0:
+		err = h.write(h2Ping, h2Ack, 0, f.payload) // RFC 9113 section 6.7
 	}
 	return f, err
 }
@@ -86,12 +94,7 @@ func (h *h2Client) get(id uint32, https bool) error {
 			return err
 		}
 	}
-	scheme := byte(0x86) // HPACK static table: :method GET, :scheme http, :path /
-	if https {
-		scheme = 0x87
-	}
-	block := append([]byte{0x82, scheme, 0x84, 0x41, 9}, "127.0.0.1"...)
-	if err := h.write(h2Headers, 0x4|h2EndStream, id, block); err != nil {
+	if err := h.open(id, https); err != nil {
 		return err
 	}
 	for {
@@ -103,6 +106,16 @@ func (h *h2Client) get(id uint32, https bool) error {
 			return nil
 		}
 	}
+}
+
+// open sends GET / on stream id (HEADERS with END_STREAM).
+func (h *h2Client) open(id uint32, https bool) error {
+	scheme := byte(0x86) // HPACK static table: :method GET, :scheme http, :path /
+	if https {
+		scheme = 0x87
+	}
+	block := append([]byte{0x82, scheme, 0x84, 0x41, 9}, "127.0.0.1"...)
+	return h.write(h2Headers, 0x4|h2EndStream, id, block)
 }
 
 // TestHTTP2IdleGoesAway: an HTTP/2 connection (ALPN h2 over TLS, and h2c),

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/runonce"
 	"go.uber.org/zap"
 )
 
@@ -79,10 +80,8 @@ type Server struct {
 	draining atomic.Bool
 	mu       sync.Mutex
 	l        *Listener
-	served   chan struct{} // closed when HTTP.Serve has returned
-	shut     chan struct{} // closed when the one Shutdown has ended
-	shutRep  *Report       // its report: callers get copies
-	shutErr  error
+	served   chan struct{}         // closed when HTTP.Serve has returned
+	shut     runonce.Call[*Report] // the one drain: callers get copies of its report
 
 	// ServeConn's (handover.go), under mu.
 	cl        *connListener
@@ -100,7 +99,15 @@ type HTTPReport struct {
 	SilentClosed       int `json:"silent_closed"`       // connections closed after NewConnGrace without a request
 	TLSPending         int `json:"tls_pending"`         // TLS connections whose handshake or first request was still to come when the listener stopped
 	TLSPendingServed   int `json:"tls_pending_served"`  // of those, served a request
-	HTTP2              int `json:"http2"`               // HTTP/2 connections open when the listener stopped, each told to go away
+	HTTP2              int `json:"http2"`               // HTTP/2 connections open when the listener began to stop (or after, if more), each told to go away
+	// GoAwayAcked is the HTTP/2 connections open when the listener began to
+	// stop whose client acknowledged the first step of the shutdown (GOAWAY
+	// with the largest stream id and a PING) within NewConnGrace: none of
+	// their streams was refused. GoAwayUnacked is those whose ack did not
+	// come in time, or that closed first (h2load closes a connection at its
+	// first GOAWAY).
+	GoAwayAcked   int `json:"goaway_acked"`
+	GoAwayUnacked int `json:"goaway_unacked"`
 	// IdleClosed is the keep-alive connections closed while idle, after
 	// IdleGrace: each is a request its client may have had in flight (sent
 	// as the close reached it), which it sees fail (EOF or reset).
@@ -206,6 +213,7 @@ func (s *Server) install() {
 	s.setup.Do(func() {
 		hs := s.HTTP
 		s.t = newTracker(hs)
+		s.t.hs = hs
 		h := hs.Handler
 		if h == nil {
 			h = http.DefaultServeMux
@@ -232,28 +240,11 @@ func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 	if s.HTTP == nil {
 		return nil, &net.OpError{Op: "shutdown", Net: "tcp", Err: ErrNoHTTPServer}
 	}
-	s.mu.Lock()
-	shut, first := s.shut, s.shut == nil
-	if first {
-		s.shut = make(chan struct{})
-		shut = s.shut
+	rep, err, ok := s.shut.Do(ctx, func() (*Report, error) { return s.shutdown(ctx) })
+	if !ok {
+		return nil, &net.OpError{Op: "shutdown", Net: "tcp", Addr: s.addr(), Err: fmt.Errorf("waiting for the Shutdown in progress: %w", err)}
 	}
-	s.mu.Unlock()
-	if first {
-		s.shutRep, s.shutErr = s.shutdown(ctx)
-		close(shut)
-		return s.shutRep.clone(), s.shutErr
-	}
-	select {
-	case <-shut:
-	default:
-		select {
-		case <-shut:
-		case <-ctx.Done():
-			return nil, &net.OpError{Op: "shutdown", Net: "tcp", Addr: s.addr(), Err: fmt.Errorf("waiting for the Shutdown in progress: %w", ctx.Err())}
-		}
-	}
-	return s.shutRep.clone(), s.shutErr
+	return rep.clone(), err
 }
 
 // shutdown is the one drain Shutdown runs.
@@ -273,13 +264,17 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 		}
 	}
 	if !handOver {
-		s.t.closing.Store(true) // responses begun from now on say Connection: close
+		s.t.closing.Store(true) // responses begun from now on say Connection: close (HTTP/2: once the first step is acked)
 	}
+	goingAway, h2Open := s.t.goAway()
 	t0 := time.Now()
 	r, err := s.stopListener(ctx)
 	errs = append(errs, err)
 	h.StopTook = time.Since(t0)
-	h.TLSPending, h.HTTP2 = s.t.markPending()
+	var h2Left int
+	h.TLSPending, h2Left = s.t.markPending()
+	h.HTTP2 = max(h2Open, h2Left)
+	h.GoAwayAcked, h.GoAwayUnacked = awaitGoAway(ctx, goingAway, orDefault(s.NewConnGrace, time.Second))
 	if handOver {
 		var herr error
 		h.HandedOver, h.HandOverReturned, herr = s.handOver(ctx, orDefault(s.HandOverGrace, 5*time.Second))

@@ -16,8 +16,9 @@ import (
 // listener stopped, it is served whenever its handshake and first request
 // arrive within NewConnGrace (a handshake in progress at the stop completes);
 // the report counts them (HTTPReport.TLSPending, TLSPendingServed). HTTP/2
-// connections are never closed as idle: each is told to go away (GOAWAY) by
-// its next response or by http.Server.Shutdown, and its streams finish.
+// connections are never closed as idle: each is told to go away in RFC
+// 9113's two steps (see "TLS and HTTP/2" in the package doc), and its streams
+// finish.
 func (s *Server) ServeTLS(l net.Listener, certFile, keyFile string) error {
 	return s.serve(l, func(dl net.Listener) error { return s.HTTP.ServeTLS(dl, certFile, keyFile) })
 }

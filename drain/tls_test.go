@@ -2,9 +2,13 @@ package drain_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,13 +86,39 @@ func tlsTrap(t *testing.T, plain bool) {
 	}
 }
 
+// envRolls sets the number of rolls of TestRollingTLS (default 10), for
+// example to 100 for BENCHMARKS.md.
+const envRolls = "ZERODROP_TLS_ROLLS"
+
+// rolls is TestRollingTLS's number of rolls: envRolls, or 10.
+func rolls(t *testing.T) int {
+	t.Helper()
+	v := os.Getenv(envRolls)
+	if v == "" {
+		return 10
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		t.Fatalf("%s=%q: want a count from 1 to 1000", envRolls, v)
+	}
+	return n
+}
+
 // TestRollingTLS: two HTTPS worker processes in a reuseport group
-// (ServeTLS), one drained and replaced 10 times, with migration on, under
-// Go's http.Transport over TLS: a new connection per request (HTTP/1.1) and
-// HTTP/2 (ALPN h2) with keep-alive, many streams on few connections. Not one
-// request may fail.
+// (ServeTLS), one drained and replaced 10 times (ZERODROP_TLS_ROLLS), with
+// migration on, under Go's http.Transport over TLS (a new connection per
+// request, HTTP/1.1; and HTTP/2 by ALPN with keep-alive, many streams on
+// few connections) and one h2load run per roll (8 connections, up to 16
+// streams each, from before the roll to after it). Not one request of Go's
+// clients may fail; requests the Transport retried (a second connection for
+// one request, seen by httptrace) are counted. h2load does not retry: it
+// ends a connection at its first GOAWAY and counts the streams it had
+// queued then as failed (errored), which never reached the server; those
+// are logged, and no h2load stream may fail at the HTTP level or time out.
 func TestRollingTLS(t *testing.T) {
+	n := rolls(t)
 	netnstest.Run(t, netnstest.Options{MigrateReq: 1}, func(t *testing.T) {
+		h2load := netnstest.H2loadPath(t)
 		cert := netnstest.NewCert(t)
 		l := listenTCP(t, "127.0.0.1:0") // reserve a port number
 		addr := l.Addr().String()
@@ -102,9 +132,21 @@ func TestRollingTLS(t *testing.T) {
 		defer h2.CloseIdleConnections()
 		perRequest, streams := &stats{}, &stats{}
 		var h2Proto atomic.Int64
-		get := func(tr *http.Transport) error {
+		var retried, retries [2]atomic.Int64 // [0] per request, [1] HTTP/2: requests retried, extra attempts
+		get := func(tr *http.Transport, kind int) error {
+			var attempts atomic.Int64
+			ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+				GotConn: func(httptrace.GotConnInfo) { attempts.Add(1) }})
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/", nil)
+			if err != nil {
+				return err
+			}
 			c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-			resp, err := c.Get("https://" + addr + "/")
+			resp, err := c.Do(req)
+			if a := attempts.Load(); a > 1 {
+				retried[kind].Add(1)
+				retries[kind].Add(a - 1)
+			}
 			if err != nil {
 				return err
 			}
@@ -122,15 +164,19 @@ func TestRollingTLS(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				if i < 4 {
-					loop(stop, perRequest, func() error { return get(h1) })
+					loop(stop, perRequest, func() error { return get(h1, 0) })
 				} else {
-					loop(stop, streams, func() error { return get(h2) })
+					loop(stop, streams, func() error { return get(h2, 1) })
 				}
 			}()
 		}
-		var pending, pendingServed, h2Conns int
-		for roll := 0; roll < 10; roll++ {
-			time.Sleep(200 * time.Millisecond) // load between rolls
+		var pending, pendingServed, h2Conns, acked, unacked int
+		var h2l netnstest.H2load
+		h2lIdle := 0 // rolls in which h2load succeeded no stream
+		start := time.Now()
+		for roll := 0; roll < n; roll++ {
+			run := netnstest.StartH2load(t, h2load, "https://"+addr+"/", time.Second)
+			time.Sleep(300 * time.Millisecond) // load between rolls; h2load's connections are up
 			next := spare.listen(t)
 			spare = spawnWorker(t, addr, env...)
 			rep := workers[0].drain(t)
@@ -141,20 +187,33 @@ func TestRollingTLS(t *testing.T) {
 			pending += rep.HTTP.TLSPending
 			pendingServed += rep.HTTP.TLSPendingServed
 			h2Conns += rep.HTTP.HTTP2
+			acked += rep.HTTP.GoAwayAcked
+			unacked += rep.HTTP.GoAwayUnacked
+			res := run()
+			if res.Succeeded == 0 {
+				h2lIdle++
+			}
+			h2l.Add(res)
 		}
+		took := time.Since(start)
 		close(stop)
 		wg.Wait()
 		for _, w := range workers {
 			w.drain(t)
 		}
 		spare.start.Close()
-		t.Logf("10 rolls: HTTPS new connection per request %v; HTTP/2 %v (%d answered over h2); reports: TLS pending at the stop %d, served %d; HTTP/2 connections told to go away %d",
-			perRequest, streams, h2Proto.Load(), pending, pendingServed, h2Conns)
+		t.Logf("%d rolls in %v: HTTPS new connection per request %v, %d retried (%d extra attempts); HTTP/2 %v (%d answered over h2), %d retried (%d extra attempts)",
+			n, took.Round(time.Millisecond), perRequest, retried[0].Load(), retries[0].Load(), streams, h2Proto.Load(), retried[1].Load(), retries[1].Load())
+		t.Logf("h2load -c 8 -m 16, 1 s per roll: %v; reports: TLS pending at the stop %d, served %d; HTTP/2 connections still open when the listener had stopped %d (first step acked %d, unacked %d)",
+			h2l, pending, pendingServed, h2Conns, acked, unacked)
 		if perRequest.failed.Load() != 0 || streams.failed.Load() != 0 || perRequest.ok.Load() < 200 || streams.ok.Load() < 200 {
 			t.Errorf("want 0 failed and >= 200 each: per request %v; HTTP/2 %v", perRequest, streams)
 		}
 		if h2Proto.Load() != streams.ok.Load() {
 			t.Errorf("%d of %d HTTP/2 client requests answered over HTTP/2", h2Proto.Load(), streams.ok.Load())
+		}
+		if h2lIdle != 0 || h2l.Failed != h2l.Errored || h2l.Timeout != 0 {
+			t.Errorf("h2load: %v, %d runs without a success; want a success in every run, and no stream failed at the HTTP level or timed out", h2l, h2lIdle)
 		}
 	})
 }

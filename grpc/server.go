@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/internal/runonce"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -46,9 +47,7 @@ type Server struct {
 	lns      []*trackedListener
 	serving  sync.WaitGroup // Serve calls still in grpc.Server.Serve
 	draining atomic.Bool
-	shut     chan struct{} // closed when the one Shutdown has ended
-	shutRep  *Report
-	shutErr  error
+	shut     runonce.Call[*Report] // the one drain: callers get copies of its report
 }
 
 // New returns a Server whose grpc.Server is built with opts plus a
@@ -129,24 +128,13 @@ func (s *Server) Serve(l net.Listener) error {
 // the report of its own.
 func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 	s.mu.Lock()
-	first := s.shut == nil
-	if first {
-		s.shut = make(chan struct{})
-		s.draining.Store(true)
-	}
-	shut := s.shut
+	s.draining.Store(true) // Serve refuses from now on
 	s.mu.Unlock()
-	if first {
-		s.shutRep, s.shutErr = s.shutdown(ctx)
-		close(shut)
-		return s.shutRep.clone(), s.shutErr
+	rep, err, ok := s.shut.Do(ctx, func() (*Report, error) { return s.shutdown(ctx) })
+	if !ok {
+		return nil, &net.OpError{Op: "shutdown", Net: "tcp", Err: fmt.Errorf("waiting for the Shutdown in progress: %w", err)}
 	}
-	select {
-	case <-shut:
-		return s.shutRep.clone(), s.shutErr
-	case <-ctx.Done():
-		return nil, &net.OpError{Op: "shutdown", Net: "tcp", Err: fmt.Errorf("waiting for the Shutdown in progress: %w", ctx.Err())}
-	}
+	return rep.clone(), err
 }
 
 // shutdown is the one drain Shutdown runs.

@@ -22,6 +22,9 @@ func servePredecessor(t *testing.T, path string, conversations int, script func(
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As a real predecessor's (listenHandoff), its Close never unlinks
+	// path: the successor may have published its own file there by then.
+	ln.SetUnlinkOnClose(false)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -192,7 +195,7 @@ func TestOldSuccessor(t *testing.T) {
 		path := handoffPath(t)
 		u := mustReady(t, Config{Path: path}, 1)
 		defer u.Close()
-		want := u.offer()[0].sock.Digest
+		want := u.reg.offer()[0].sock.Digest
 		c := fakeSuccessorOffer(t, path, false)
 		c.Close()
 		if c.offer.OptionSets != nil || c.offer.Sockets[0].Digest != want.LegacyString() {

@@ -163,10 +163,7 @@ func (u *Upgrader) HandleConns(name string, h func(PassedConn)) error {
 	case u.ready:
 		return u.opError(errors.New("handle conns: called after Ready"))
 	}
-	if u.handlers == nil {
-		u.handlers = map[string]func(PassedConn){}
-	}
-	u.handlers[name] = h
+	u.pass.handle(name, h)
 	return nil
 }
 
@@ -175,9 +172,8 @@ func (u *Upgrader) HandleConns(name string, h func(PassedConn)) error {
 // before Exit is closed, and false once the conversation with the successor
 // has failed or the Upgrader is closed.
 func (u *Upgrader) TakesConns(name string) bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.succ != nil && u.succ.Takes(name)
+	s := u.pass.successor()
+	return s != nil && s.Takes(name)
 }
 
 // ErrNotTaken: the connections were not passed (no successor takes them, or
@@ -187,13 +183,110 @@ var ErrNotTaken = errors.New("connections not taken by a successor")
 // PassConns passes conns to the ready successor: see ConnSender.PassConns.
 // Without a successor that takes connections, it fails with ErrNotTaken.
 func (u *Upgrader) PassConns(ctx context.Context, conns []PassedConn) (passed int, err error) {
-	u.mu.Lock()
-	s := u.succ
-	u.mu.Unlock()
+	s := u.pass.successor()
 	if s == nil {
 		return 0, u.opError(fmt.Errorf("pass conns: no successor takes connections: %w", ErrNotTaken))
 	}
 	return s.PassConns(ctx, conns)
+}
+
+// passing is an Upgrader's connection passing, in both roles: the handlers
+// registered for the connections a predecessor passes us and the
+// conversations on which it does (preds), and the conversation with a ready
+// successor that takes ours (succ). It has its own lock; the Upgrader owns
+// it, and closes it first when it is closed.
+type passing struct {
+	log   *zap.Logger
+	opErr func(error) error
+
+	mu       sync.Mutex
+	handlers map[string]func(PassedConn)
+	succ     *ConnSender
+	preds    []*conn
+	closed   bool
+	wg       sync.WaitGroup // the goroutines receiving on preds
+}
+
+// handle registers h for the connections of the listener name.
+func (p *passing) handle(name string, h func(PassedConn)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.handlers == nil {
+		p.handlers = map[string]func(PassedConn){}
+	}
+	p.handlers[name] = h
+}
+
+// takes returns the names of the listeners we have a handler for, sorted.
+func (p *passing) takes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	names := make([]string, 0, len(p.handlers))
+	for name := range p.handlers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// successor returns the sender to the ready successor that takes
+// connections, or nil.
+func (p *passing) successor() *ConnSender {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.succ
+}
+
+// keepSuccessor keeps the conversation with a ready successor that takes
+// the connections of takes, for PassConns; c is ours from now on.
+func (p *passing) keepSuccessor(c *conn, takes []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		c.Close()
+		return
+	}
+	p.succ = &ConnSender{c: c, takes: takes, log: p.log, opErr: p.opErr}
+}
+
+// receiveFrom receives, on its own goroutine, the connections the
+// predecessor passes on pred, for the handlers registered so far; pred is
+// ours from now on.
+func (p *passing) receiveFrom(pred *conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		pred.Close()
+		return
+	}
+	handlers := make(map[string]func(PassedConn), len(p.handlers))
+	for name, h := range p.handlers {
+		handlers[name] = h
+	}
+	p.preds = append(p.preds, pred)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		receiveConns(pred, handlers, p.log)
+	}()
+}
+
+// close ends the conversation with the successor (it has every connection
+// it acked) and those with predecessors, and waits for the receiving
+// goroutines. Later conversations given to it are closed at once.
+func (p *passing) close() {
+	p.mu.Lock()
+	p.closed = true
+	succ, preds := p.succ, p.preds
+	p.succ, p.preds = nil, nil
+	p.mu.Unlock()
+	if succ != nil {
+		succ.Close()
+	}
+	for _, c := range preds {
+		c.Close()
+	}
+	p.wg.Wait()
 }
 
 // ConnSender passes connections to one receiver: a ready successor (kept
@@ -346,19 +439,6 @@ func (c *conn) lastWord(timeout error) (*frame, error) {
 // Test hooks: testHookConnsSent runs after each conns batch is sent,
 // testHookConnsReceived once a batch is validated, before its ack.
 var testHookConnsSent, testHookConnsReceived func(first int)
-
-// keepSuccessor keeps the conversation with a ready successor that takes
-// the connections of takes, for PassConns.
-func (u *Upgrader) keepSuccessor(c *conn, takes []string) {
-	c.kept.Store(true)
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.closed {
-		c.Close()
-		return
-	}
-	u.succ = &ConnSender{c: c, takes: takes, log: u.log, opErr: u.opError}
-}
 
 // connWait bounds how long a successor waits for the next batch of
 // connections; the predecessor closes the conversation when it is done.

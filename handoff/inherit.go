@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/shared"
 	"github.com/zerodrop/zerodrop/reuseport"
@@ -25,6 +26,67 @@ var (
 	errReset = syscall.ECONNRESET
 	errPipe  = syscall.EPIPE
 )
+
+// inherited is what New obtained for this process from its predecessor (or
+// systemd): the generation, the protocol version agreed, the sockets
+// received and validated, the conversation with the predecessor and its
+// handoff socket (both until Ready), systemd's activation, and why a handoff
+// fell back. It is built once, by New's handshake, and does not change
+// afterwards but for what take and release hand out, under its lock.
+type inherited struct {
+	gen     uint64 // ours: the predecessor's + 1, or 1
+	version int    // agreed with the predecessor; 0 without one
+	fback   error  // see FallbackReason
+	act     *systemd.Activation
+
+	mu    sync.Mutex
+	socks map[string]*socket // by name, not yet taken; nil once released
+	pred  *conn              // to the predecessor, until released
+	hln   *net.UnixListener  // the predecessor's handoff socket, until released
+}
+
+// declared returns the declaration of the inherited socket name, if it is
+// there to take.
+func (in *inherited) declared(name string) (socketInfo, bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	s, ok := in.socks[name]
+	if !ok {
+		return socketInfo{}, false
+	}
+	return s.info, true
+}
+
+// take hands the inherited socket name over to the caller, once.
+func (in *inherited) take(name string) (*socket, bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	s, ok := in.socks[name]
+	delete(in.socks, name)
+	return s, ok
+}
+
+// release hands over, once, what the caller (Ready or Close) must finish:
+// the sockets nobody took, the conversation with the predecessor and its
+// handoff socket; later calls return nothing, and nothing is left to take.
+func (in *inherited) release() (rest map[string]*socket, pred *conn, hln *net.UnixListener) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	rest, pred, hln = in.socks, in.pred, in.hln
+	in.socks, in.pred, in.hln = nil, nil, nil
+	return rest, pred, hln
+}
+
+// handshake is New's side of the protocol: it inherits from whoever serves
+// Config.Path, filling in the inherited set.
+type handshake struct {
+	cfg *Config
+	log *zap.Logger
+	in  *inherited
+	// noValues, noMax: the predecessor is of a release that refuses the
+	// hello's "options" key, or its "max_version" key (see refusedKey).
+	noValues, noMax bool
+}
 
 // expect turns an error frame into a *RemoteError and an unexpected frame
 // into a protocol error.
@@ -59,10 +121,10 @@ func code(err error) string {
 // as an unknown key before anything else (no failure counted).
 const baseVersion = 1
 
-// hello is our hello frame. A successor's names the highest version it
+// helloFrame is our hello frame. A successor's names the highest version it
 // speaks and asks for option values, unless the predecessor refused those
 // keys (values, maxVersion false then).
-func (u *Upgrader) hello(role string, gen uint64, values, maxVersion bool) *frame {
+func helloFrame(role string, gen uint64, values, maxVersion bool) *frame {
 	f := &frame{Type: typeHello, Version: baseVersion, Role: role, PID: os.Getpid(), UID: uint32(os.Geteuid()), Generation: gen,
 		Handoff: role != roleObserver, Options: role == roleSuccessor && values}
 	if role == roleSuccessor && maxVersion {
@@ -113,33 +175,33 @@ const maxRedials = 5
 // Only a path that refuses (no live holder) makes New start fresh (fresh is
 // true); the last hang-up is kept as FallbackReason. A path that still
 // answers after maxRedials+1 hang-ups is an error, never a second lineage.
-func (u *Upgrader) connect(ctx, dctx context.Context) (fresh bool, err error) {
+func (h *handshake) connect(ctx, dctx context.Context) (fresh bool, err error) {
 	for i := 0; ; i++ {
-		nc, ok, err := dial(dctx, u.cfg.Path)
+		nc, ok, err := dial(dctx, h.cfg.Path)
 		if err != nil || !ok {
 			return err == nil, err
 		}
-		err = u.inherit(ctx, nc)
+		err = h.inherit(ctx, nc)
 		var rk refusedKeyError
 		if errors.As(err, &rk) {
 			// An older predecessor: say hello as its release does (once
 			// per key; it does not count as a redial).
 			if rk == "options" {
-				u.noValues = true
+				h.noValues = true
 			} else {
-				u.noMax = true
+				h.noMax = true
 			}
 			i--
 			continue
 		}
 		if err == nil {
-			u.fback = nil // we inherited after all
+			h.in.fback = nil // we inherited after all
 		}
 		if err == nil || !predecessorGone(err) {
 			return false, err
 		}
-		u.fback = err
-		if len(u.inh) > 0 {
+		h.in.fback = err
+		if len(h.in.socks) > 0 {
 			// It died mid-transfer: nobody else has these sockets, nor
 			// its handoff socket. Keep what was received; the rest fresh.
 			return true, nil
@@ -147,16 +209,16 @@ func (u *Upgrader) connect(ctx, dctx context.Context) (fresh bool, err error) {
 		if i == maxRedials {
 			return false, fmt.Errorf("hung up %d times, and the handoff socket still answers: %w", i+1, err)
 		}
-		u.log.Warn("predecessor hung up; dialling the handoff socket again", zap.String("event", "handoff.redial"), zap.Int("attempt", i+1), zap.Error(err))
+		h.log.Warn("predecessor hung up; dialling the handoff socket again", zap.String("event", "handoff.redial"), zap.Int("attempt", i+1), zap.Error(err))
 	}
 }
 
 // inherit runs the successor's side of the protocol up to the last ack. On
 // success the connection stays open for Ready; on failure it is closed, and
 // so is every fd received.
-func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
+func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	start := time.Now()
-	c, err := newConn(nc, u.cfg.Timeout)
+	c, err := newConn(nc, h.cfg.Timeout)
 	if err != nil {
 		nc.Close()
 		return err
@@ -174,40 +236,40 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := allowed(cred, u.cfg.AllowUIDs); err != nil {
+	if err := allowed(cred, h.cfg.AllowUIDs); err != nil {
 		return err
 	}
-	if err := c.send(u.hello(roleSuccessor, 0, !u.noValues, !u.noMax), nil); err != nil {
+	if err := c.send(helloFrame(roleSuccessor, 0, !h.noValues, !h.noMax), nil); err != nil {
 		return err
 	}
 	f, _, err := c.recv(0)
 	// conn.ctxErr has already wrapped ctx's error in a timeout that ctx's
 	// deadline caused (its timer may not have fired yet): that one is ours.
 	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-		err = &FrameError{Type: typeHello, Err: ErrNoAnswer, Detail: fmt.Sprintf("pid %d accepted no conversation within %v", cred.Pid, u.cfg.Timeout)}
-		u.log.Warn("predecessor does not answer; not starting a second lineage beside it", zap.String("event", "handoff.no_answer"), zap.Int32("peer_pid", cred.Pid), zap.Duration("timeout", u.cfg.Timeout))
+		err = &FrameError{Type: typeHello, Err: ErrNoAnswer, Detail: fmt.Sprintf("pid %d accepted no conversation within %v", cred.Pid, h.cfg.Timeout)}
+		h.log.Warn("predecessor does not answer; not starting a second lineage beside it", zap.String("event", "handoff.no_answer"), zap.Int32("peer_pid", cred.Pid), zap.Duration("timeout", h.cfg.Timeout))
 	}
 	if err != nil {
 		return err
 	}
 	switch key := refusedKey(f); {
-	case key == "options" && !u.noValues, key == "max_version" && !u.noMax:
+	case key == "options" && !h.noValues, key == "max_version" && !h.noMax:
 		return refusedKeyError(key)
 	}
 	if err := expect(f, typeHello); err != nil {
 		return err
 	}
-	if want := max(baseVersion, Version*boolInt(!u.noMax)); f.Version < baseVersion || f.Version > want {
+	if want := max(baseVersion, Version*boolInt(!h.noMax)); f.Version < baseVersion || f.Version > want {
 		return &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("predecessor speaks version %d, we speak %d to %d", f.Version, baseVersion, want)}
 	}
-	u.predVersion = f.Version
-	u.gen = f.Generation + 1
-	u.log.Info("connected to predecessor", zap.String("event", "handoff.connected"), zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid), zap.Uint64("generation", u.gen))
-	socks, err := u.receive(c)
+	h.in.version = f.Version
+	h.in.gen = f.Generation + 1
+	h.log.Info("connected to predecessor", zap.String("event", "handoff.connected"), zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid), zap.Uint64("generation", h.in.gen))
+	socks, err := h.receive(c)
 	if len(socks) > 0 { // also when the predecessor died mid-transfer: they are live sockets
-		u.inh = make(map[string]*socket, len(socks))
+		h.in.socks = make(map[string]*socket, len(socks))
 		for _, s := range socks {
-			u.inh[s.info.Name] = s
+			h.in.socks[s.info.Name] = s
 			shared.Mark(s.fd, shared.Predecessor) // a failure leaves drain to its holder scan
 		}
 	}
@@ -215,18 +277,18 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 		return err
 	}
 	if f.Handoff {
-		if u.hln, err = u.receiveSelf(c); err != nil {
+		if h.in.hln, err = h.receiveSelf(c); err != nil {
 			if !predecessorGone(err) { // else they are live: keep them, as receive does
 				for _, s := range socks {
 					s.close()
 				}
-				u.inh = nil
+				h.in.socks = nil
 			}
 			return err
 		}
 	}
-	u.pred = c
-	u.log.Info("received sockets", zap.String("event", "handoff.received"), zap.Int("count", len(socks)), zap.Duration("took", time.Since(start)))
+	h.in.pred = c
+	h.log.Info("received sockets", zap.String("event", "handoff.received"), zap.Int("count", len(socks)), zap.Duration("took", time.Since(start)))
 	return nil
 }
 
@@ -239,7 +301,7 @@ func (u *Upgrader) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 // validated so far are returned with the error. They are live kernel sockets
 // (the predecessor's clients queue on them), so closing them would refuse
 // those clients.
-func (u *Upgrader) receive(c *conn) (_ []*socket, err error) {
+func (h *handshake) receive(c *conn) (_ []*socket, err error) {
 	f, _, err := c.recv(0)
 	if err != nil {
 		return nil, err
@@ -266,7 +328,7 @@ func (u *Upgrader) receive(c *conn) (_ []*socket, err error) {
 					// Listen compares the socket with what our Config would
 					// create: check now, off the caller's path, for the
 					// declared network. A failure is Listen's to report.
-					s.checked, s.checkErr = s.info.Network, u.checkOptions(s.info.Network, s.sock)
+					s.checked, s.checkErr = s.info.Network, h.cfg.Listen.Check(s.info.Network, s.sock)
 				}
 				if errs[i] != nil {
 					failed.Store(true)
@@ -282,7 +344,7 @@ func (u *Upgrader) receive(c *conn) (_ []*socket, err error) {
 			}
 		}
 	}()
-	err = u.receiveBatches(c, offer, func(got []int) {
+	err = receiveBatches(c, offer, func(got []int) {
 		for _, fd := range got {
 			socks[n] = &socket{info: offer[n], fd: fd}
 			queue <- n
@@ -312,7 +374,7 @@ func (u *Upgrader) receive(c *conn) (_ []*socket, err error) {
 		}
 	}
 	for _, s := range socks {
-		u.log.Debug("validated", zap.String("event", "handoff.validated"), zap.String("name", s.info.Name), zap.String("kind", s.info.Kind), zap.String("address", s.info.Address))
+		h.log.Debug("validated", zap.String("event", "handoff.validated"), zap.String("name", s.info.Name), zap.String("kind", s.info.Kind), zap.String("address", s.info.Address))
 	}
 	return socks, nil
 }
@@ -321,7 +383,7 @@ func (u *Upgrader) receive(c *conn) (_ []*socket, err error) {
 // take and acks it, until all are received or stop says a validation failed
 // (then it returns nil: the caller reports that failure). The fds of a batch
 // that is not taken are closed.
-func (u *Upgrader) receiveBatches(c *conn, offer []socketInfo, take func([]int), stop func() bool) error {
+func receiveBatches(c *conn, offer []socketInfo, take func([]int), stop func() bool) error {
 	for n := 0; n < len(offer) && !stop(); {
 		b, got, err := c.recv(BatchFDs)
 		if err == nil {
@@ -399,7 +461,7 @@ func wrapFile(f *os.File, kind string, so *reuseport.Socket) (*obtained, error) 
 // (a listening unix stream socket bound to our Path, or for a file path to a
 // name in its directory) and returns it as the listener Ready will serve; it
 // never unlinks the file.
-func (u *Upgrader) receiveSelf(c *conn) (*net.UnixListener, error) {
+func (h *handshake) receiveSelf(c *conn) (*net.UnixListener, error) {
 	f, fds, err := c.recv(1)
 	if err == nil {
 		err = expect(f, typeHandoff)
@@ -413,7 +475,7 @@ func (u *Upgrader) receiveSelf(c *conn) (*net.UnixListener, error) {
 	}
 	s := &socket{info: f.Sockets[0], fd: fds[0]}
 	defer closeFDs(fds)
-	if err := checkHandoffName(u.cfg.Path, &s.info); err != nil {
+	if err := checkHandoffName(h.cfg.Path, &s.info); err != nil {
 		return nil, err
 	}
 	if _, err := validate(s.fd, &s.info, nil); err != nil {

@@ -115,7 +115,7 @@ func TestThousandListeners(t *testing.T) {
 		old := mustReady(t, Config{Path: path}, n)
 		defer old.Close()
 		addrs := make([]string, n)
-		for i, s := range old.socks {
+		for i, s := range old.reg.offer() {
 			addrs[i], _ = linux.Sockname(s.fd)
 		}
 		lns := make([]net.Listener, n)

@@ -3,7 +3,6 @@ package handoff
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"syscall"
@@ -90,39 +89,29 @@ func (u *Upgrader) obtain(ctx context.Context, name, kind, network, address stri
 	if err != nil {
 		return nil, err
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.closed {
-		closeFDs([]int{s.fd})
-		return out, nil
-	}
-	u.socks = append(u.socks, s)
+	u.reg.add(s) // closed: we keep no reference, the caller has the socket
 	return out, nil
 }
 
 // claim reserves name and takes the inherited socket of that name, if it
 // matches kind and address.
 func (u *Upgrader) claim(name, kind, network, address string) (*socket, error) {
-	u.mu.Lock()
+	u.mu.Lock() // Ready and Close release u.inh under it
 	defer u.mu.Unlock()
-	if u.closed {
-		return nil, ErrClosed
+	if err := u.reg.reserve(name); err != nil { // ErrClosed once closed
+		return nil, err
 	}
-	if u.names[name] {
-		return nil, fmt.Errorf("socket name %q already in use", name)
-	}
-	u.names[name] = true
-	s := u.inh[name]
-	if s == nil {
+	info, ok := u.inh.declared(name)
+	if !ok {
 		return nil, nil
 	}
 	want, ok := wantAddr(network, address)
-	if s.info.Kind != kind || !ok || !sameAddr(want, s.info.Address) {
+	if info.Kind != kind || !ok || !sameAddr(want, info.Address) {
 		u.log.Info("inherited socket does not match; listening fresh", zap.String("event", "handoff.listen.mismatch"), zap.String("name", name),
-			zap.String("inherited", s.info.Network+" "+s.info.Address), zap.String("asked", network+" "+address))
+			zap.String("inherited", info.Network+" "+info.Address), zap.String("asked", network+" "+address))
 		return nil, nil
 	}
-	delete(u.inh, name)
+	s, _ := u.inh.take(name)
 	return s, nil
 }
 
@@ -132,7 +121,7 @@ func (u *Upgrader) adopt(s *socket, network string) (*obtained, error) {
 	if s.info.Kind != kindUnix {
 		err := s.checkErr
 		if s.checked != network {
-			err = u.checkOptions(network, s.sock)
+			err = u.cfg.Listen.Check(network, s.sock)
 		}
 		if err != nil {
 			var mm *reuseport.OptionMismatchError
@@ -188,10 +177,10 @@ func socketOf(out *obtained) *reuseport.Socket {
 
 // activated takes name from systemd socket activation, if any.
 func (u *Upgrader) activated(name, kind, network, address string) (*socket, *obtained, error) {
-	if u.act == nil {
+	if u.inh.act == nil {
 		return nil, nil, nil
 	}
-	f, ok, err := u.act.Take(name, network, address)
+	f, ok, err := u.inh.act.Take(name, network, address)
 	if err != nil || !ok {
 		return nil, nil, err
 	}

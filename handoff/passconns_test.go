@@ -292,9 +292,9 @@ func TestOldPredecessorConns(t *testing.T) {
 		if ready == nil || len(ready.Takes) != 0 {
 			t.Errorf("ready frame to a version 1 predecessor: %+v, want one without takes", ready)
 		}
-		u.mu.Lock()
-		preds := len(u.preds)
-		u.mu.Unlock()
+		u.pass.mu.Lock()
+		preds := len(u.pass.preds)
+		u.pass.mu.Unlock()
 		if preds != 0 {
 			t.Errorf("%d conversations kept for connections with a version 1 predecessor", preds)
 		}

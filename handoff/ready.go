@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -28,8 +27,7 @@ func (u *Upgrader) Ready() error {
 		return u.opError(fmt.Errorf("ready: %w", ErrClosed))
 	}
 	u.ready = true
-	inh, pred, hln := u.inh, u.pred, u.hln
-	u.inh, u.pred, u.hln = nil, nil, nil
+	inh, pred, hln := u.inh.release()
 	u.mu.Unlock()
 	for name, s := range inh {
 		u.log.Warn("inherited socket not claimed by Listen; closing it", zap.String("event", "handoff.unclaimed"), zap.String("name", name), zap.String("address", s.info.Address))
@@ -50,7 +48,7 @@ func (u *Upgrader) Ready() error {
 			return u.opError(fmt.Errorf("ready: %w", err))
 		}
 	}
-	s := &server{u: u, path: u.cfg.Path, conns: map[*conn]bool{}}
+	s := newServer(u.serverConfig())
 	if hln != nil {
 		return u.readyInherited(s, pred, hln, pidTmp)
 	}
@@ -123,27 +121,20 @@ func (u *Upgrader) readyInherited(s *server, pred *conn, ln *net.UnixListener, p
 	return u.serve(s, pidTmp)
 }
 
-// takes is what the ready frame says of the connections we take: the
+// takesList is what the ready frame says of the connections we take: the
 // listeners we have a handler for, if the predecessor speaks version 2.
 func (u *Upgrader) takesList() []string {
-	if u.predVersion < 2 {
+	if u.inh.version < 2 {
 		return nil
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	names := make([]string, 0, len(u.handlers))
-	for name := range u.handlers {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
+	return u.pass.takes()
 }
 
 // signal sends ready to the predecessor and waits for done (gotDone:
 // it came).
 func (u *Upgrader) signal(pred *conn) (gotDone bool, err error) {
 	start := time.Now()
-	if err := pred.send(&frame{Type: typeReady, Generation: u.gen, Takes: u.takesList()}, nil); err != nil {
+	if err := pred.send(&frame{Type: typeReady, Generation: u.inh.gen, Takes: u.takesList()}, nil); err != nil {
 		return false, err
 	}
 	f, _, err := pred.recv(0)
@@ -158,7 +149,7 @@ func (u *Upgrader) signal(pred *conn) (gotDone bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("waiting for done: %w", err)
 	}
-	u.log.Info("predecessor stopped", zap.String("event", "handoff.predecessor_stopped"), zap.Uint64("generation", u.gen), zap.Duration("took", time.Since(start)))
+	u.log.Info("predecessor stopped", zap.String("event", "handoff.predecessor_stopped"), zap.Uint64("generation", u.inh.gen), zap.Duration("took", time.Since(start)))
 	return true, nil
 }
 
@@ -169,22 +160,7 @@ func (u *Upgrader) afterSignal(pred *conn, gotDone bool) {
 		pred.Close()
 		return
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.closed {
-		pred.Close()
-		return
-	}
-	handlers := make(map[string]func(PassedConn), len(u.handlers))
-	for name, h := range u.handlers {
-		handlers[name] = h
-	}
-	u.preds = append(u.preds, pred)
-	u.connsWG.Add(1)
-	go func() {
-		defer u.connsWG.Done()
-		receiveConns(pred, handlers, u.log)
-	}()
+	u.pass.receiveFrom(pred)
 }
 
 // serve starts the handoff server and renames the PID file into place.
@@ -193,7 +169,7 @@ func (u *Upgrader) serve(s *server, pidTmp string) error {
 	if u.closed {
 		u.mu.Unlock()
 		s.ln.Close()
-		unpublish(s.path, s.ino)
+		unpublish(s.cfg.path, s.ino)
 		removeTemp(pidTmp)
 		return u.opError(fmt.Errorf("ready: %w", ErrClosed))
 	}
@@ -201,11 +177,28 @@ func (u *Upgrader) serve(s *server, pidTmp string) error {
 	s.wg.Add(1)
 	go s.serve()
 	u.mu.Unlock()
-	u.log.Info("serving handoff socket", zap.String("event", "handoff.serving"), zap.Uint64("generation", u.gen))
+	u.log.Info("serving handoff socket", zap.String("event", "handoff.serving"), zap.Uint64("generation", u.inh.gen))
 	if pidTmp != "" {
 		if err := commitPIDFile(pidTmp, u.cfg.PIDFile); err != nil {
 			return u.opError(err)
 		}
 	}
 	return nil
+}
+
+// serverConfig is what our handoff server is given: our settings, the
+// registry's snapshot as its offer, and successorReady.
+func (u *Upgrader) serverConfig() serverConfig {
+	return serverConfig{path: u.cfg.Path, gen: u.inh.gen, timeout: u.cfg.Timeout, readyTimeout: u.cfg.ReadyTimeout, allowUIDs: u.cfg.AllowUIDs,
+		onHandoff: u.cfg.OnHandoff, log: u.log, offer: u.reg.offer, onReady: u.successorReady}
+}
+
+// successorReady is told by our server that a successor is ready: its
+// conversation is kept for PassConns if it takes connections (before Exit,
+// so that PassConns works as soon as Exit is closed), then Exit is closed.
+func (u *Upgrader) successorReady(successor *conn, takes []string) {
+	if successor != nil {
+		u.pass.keepSuccessor(successor, takes)
+	}
+	u.exitOne.Do(func() { close(u.exit) })
 }

@@ -16,12 +16,31 @@ import (
 // testHookBatchSent, if set by a test, runs after each batch of fds is sent.
 var testHookBatchSent func(first int)
 
+// serverConfig is what the handoff server is given by its Upgrader when it
+// is made: settings, and callbacks in place of a reference to the Upgrader.
+type serverConfig struct {
+	path         string // the handoff socket (Config.Path)
+	gen          uint64 // ours; the successor's is gen + 1
+	timeout      time.Duration
+	readyTimeout time.Duration
+	allowUIDs    []uint32
+	onHandoff    func(Result, error) // Config.OnHandoff, or nil
+	log          *zap.Logger
+	// offer returns the sockets to hand over: a snapshot, in order.
+	offer func() []*socket
+	// onReady is called once a successor said ready and was sent done,
+	// before the server logs that it is over: with the conversation,
+	// which is the callee's from then on, and the listeners whose
+	// connections the successor takes, if it takes any; else with nil,
+	// nil.
+	onReady func(successor *conn, takes []string)
+}
+
 // server serves the handoff socket: one successor at a time, any number of
 // observers. Its goroutines end when it is closed or a successor took over.
 type server struct {
-	u     *Upgrader
+	cfg   serverConfig
 	ln    *net.UnixListener
-	path  string
 	ino   uint64 // of the published file, to unlink only our own
 	busy  atomic.Bool
 	wg    sync.WaitGroup
@@ -35,6 +54,12 @@ type server struct {
 
 	quitOnce sync.Once
 	quitC    chan struct{} // see quit
+}
+
+// newServer returns a server of cfg; the caller sets its listener (ln, and
+// ino once the file is published) before it serves.
+func newServer(cfg serverConfig) *server {
+	return &server{cfg: cfg, conns: map[*conn]bool{}}
 }
 
 // Backoff of the accept loop after a failed accept, as net/http's Serve: the
@@ -63,7 +88,7 @@ func (s *server) serve() {
 			return
 		}
 		delay = min(max(2*delay, acceptRetryMin), acceptRetryMax)
-		s.u.log.Warn("accept on the handoff socket failed; retrying", zap.String("event", "handoff.accept_error"), zap.Duration("retry_in", delay), zap.Error(err))
+		s.cfg.log.Warn("accept on the handoff socket failed; retrying", zap.String("event", "handoff.accept_error"), zap.Duration("retry_in", delay), zap.Error(err))
 		t := time.NewTimer(delay)
 		select {
 		case <-s.quit():
@@ -92,7 +117,7 @@ func (s *server) close() {
 	s.mu.Unlock()
 	s.wg.Wait()
 	if !over {
-		unpublish(s.path, s.ino)
+		unpublish(s.cfg.path, s.ino)
 	}
 }
 
@@ -128,6 +153,9 @@ func (s *server) admit(c *conn) error {
 			v.c.SetReadDeadline(time.Now()) // ends its read: it says busy
 		}
 	}
+	// Waiting for its hello from now on, as far as eviction goes: on a
+	// loaded machine its goroutine may not read for a while yet.
+	c.waitingSince.CompareAndSwap(0, time.Now().UnixNano())
 	s.conns[c] = true
 	return nil
 }
@@ -155,22 +183,22 @@ func (s *server) leave(c *conn) {
 
 func (s *server) handle(nc *net.UnixConn) {
 	defer s.wg.Done()
-	c, err := newConn(nc, s.u.cfg.Timeout)
+	c, err := newConn(nc, s.cfg.timeout)
 	if err != nil {
 		nc.Close()
 		return
 	}
 	defer func() {
-		if !c.kept.Load() { // a successor that takes connections: the Upgrader's now
+		if !c.kept.Load() { // a successor that takes connections: onReady's now
 			c.Close()
 		}
 	}()
 	c.pool = &s.pool
-	log := s.u.log
+	log := s.cfg.log
 	cred, err := c.peerCred()
 	if err == nil {
 		log = log.With(zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid))
-		err = allowed(cred, s.u.cfg.AllowUIDs)
+		err = allowed(cred, s.cfg.allowUIDs)
 	}
 	if err == nil {
 		if err = s.admit(c); errors.Is(err, ErrClosed) {
@@ -215,12 +243,12 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 	v, err := agree(f)
 	if err != nil {
 		if f.Role == roleSuccessor {
-			s.done(Result{From: s.u.gen, PID: f.PID}, err)
+			s.done(Result{From: s.cfg.gen, PID: f.PID}, err)
 		}
 		return err
 	}
 	c.version = v
-	h := s.u.hello(rolePredecessor, s.u.gen, false, false)
+	h := helloFrame(rolePredecessor, s.cfg.gen, false, false)
 	h.Version = v
 	if f.Role == roleObserver {
 		s.mu.Lock()
@@ -236,11 +264,11 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 		return ErrHandoffInProgress
 	}
 	log.Info("successor connected", zap.String("event", "handoff.successor_connected"))
-	res := Result{From: s.u.gen, PID: f.PID}
+	res := Result{From: s.cfg.gen, PID: f.PID}
 	start := time.Now()
 	err = s.transfer(c, h, f, log, &res)
 	if err != nil {
-		share(s.u.offer(), false)
+		share(s.cfg.offer(), false)
 	}
 	res.Took = time.Since(start)
 	// Free the slot before a failure becomes observable, so that a successor
@@ -253,16 +281,16 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 }
 
 // done records the outcome of a handoff to a successor and reports it to
-// Config.OnHandoff.
+// its onHandoff.
 func (s *server) done(res Result, err error) {
 	s.mu.Lock()
 	if err != nil {
 		s.last, s.fails = err.Error(), s.fails+1
 	} else {
-		res.To = s.u.gen + 1
+		res.To = s.cfg.gen + 1
 	}
 	s.mu.Unlock()
-	if fn := s.u.cfg.OnHandoff; fn != nil {
+	if fn := s.cfg.onHandoff; fn != nil {
 		fn(res, err)
 	}
 }
@@ -283,7 +311,7 @@ func (s *server) transfer(c *conn, h, hello *frame, log *zap.Logger, res *Result
 	if err := c.send(h, nil); err != nil {
 		return err
 	}
-	socks := s.u.offer()
+	socks := s.cfg.offer()
 	res.Sockets = len(socks)
 	share(socks, true)
 	if err := c.send(offerFrame(socks, hello.Options), nil); err != nil {
@@ -369,12 +397,12 @@ func (s *server) sendSelf(c *conn) error {
 // stays bound and the file stays; connections arriving meanwhile wait in its
 // queue until the successor serves.
 func (s *server) awaitReady(c *conn, log *zap.Logger, start time.Time) error {
-	r, _, err := c.recvWithin(0, s.u.cfg.ReadyTimeout)
+	r, _, err := c.recvWithin(0, s.cfg.readyTimeout)
 	if err == nil {
 		err = expect(r, typeReady)
 	}
-	if err == nil && r.Generation != s.u.gen+1 {
-		err = &FrameError{Type: typeReady, Err: ErrProtocol, Detail: fmt.Sprintf("generation %d, expected %d", r.Generation, s.u.gen+1)}
+	if err == nil && r.Generation != s.cfg.gen+1 {
+		err = &FrameError{Type: typeReady, Err: ErrProtocol, Detail: fmt.Sprintf("generation %d, expected %d", r.Generation, s.cfg.gen+1)}
 	}
 	if err != nil {
 		return fmt.Errorf("waiting for ready: %w", err)
@@ -389,20 +417,14 @@ func (s *server) awaitReady(c *conn, log *zap.Logger, start time.Time) error {
 	err = c.send(&frame{Type: typeDone, Generation: r.Generation}, nil)
 	takes := c.version >= 2 && len(r.Takes) > 0 && err == nil
 	if takes {
-		s.u.keepSuccessor(c, r.Takes) // before Exit: PassConns works as soon as it is closed
+		c.kept.Store(true) // handle leaves it open: it is onReady's
+		s.cfg.onReady(c, r.Takes)
+	} else {
+		s.cfg.onReady(nil, nil)
 	}
-	s.u.exitOne.Do(func() { close(s.u.exit) })
 	log.Info("successor ready; exit signalled", zap.String("event", "handoff.done"), zap.Uint64("successor_generation", r.Generation), zap.Duration("took", time.Since(start)),
 		zap.Bool("takes_conns", takes), zap.NamedError("done", err))
 	return nil
-}
-
-// offer returns our sockets as obtain described them: address and digest
-// are read once, when we obtained the socket.
-func (u *Upgrader) offer() []*socket {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]*socket(nil), u.socks...)
 }
 
 // share marks socks as handed to a successor (package shared), which makes

@@ -51,37 +51,19 @@ type Config struct {
 // Upgrader gives a process its listening sockets, from its predecessor or
 // fresh, and hands them to its successor. Safe for concurrent use.
 type Upgrader struct {
-	cfg   Config
-	log   *zap.Logger
-	gen   uint64
-	pred  *conn              // to the predecessor until Ready; nil when fresh
-	inh   map[string]*socket // received, validated, not yet claimed
-	hln   *net.UnixListener  // the predecessor's handoff socket, until Ready
-	act   *systemd.Activation
-	fback error
-	// noValues, noMax: the predecessor is of a release that refuses the
-	// hello's "options" key, or its "max_version" key (see refusedKey).
-	noValues, noMax bool
-	// predVersion is the protocol version agreed with the predecessor.
-	predVersion int
+	cfg  Config
+	log  *zap.Logger
+	inh  *inherited // what New obtained (inherit.go)
+	reg  registry   // our sockets, what we offer (registry.go)
+	pass passing    // connections, in both roles (conns.go)
 
-	mu      sync.Mutex
-	socks   []*socket // ours, in Listen order: what we offer
-	names   map[string]bool
-	ready   bool
-	closed  bool
-	srv     *server
+	mu     sync.Mutex // ready, closed, srv; Ready and Close release inh under it
+	ready  bool
+	closed bool
+	srv    *server
+
 	exit    chan struct{}
 	exitOne sync.Once
-
-	// Connections (conns.go). handlers: ours, by listener name, for the
-	// predecessor's; succ: the conversation with a ready successor that
-	// takes connections; preds: conversations
-	// on which a predecessor passes us connections.
-	handlers map[string]func(PassedConn)
-	succ     *ConnSender
-	preds    []*conn
-	connsWG  sync.WaitGroup
 }
 
 // socket is one socket we own a reference to: the fd (close-on-exec) and how
@@ -134,11 +116,12 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 2 * time.Minute
 	}
-	u := &Upgrader{cfg: cfg, log: cfg.Logger, gen: 1, names: map[string]bool{}, exit: make(chan struct{})}
+	u := &Upgrader{cfg: cfg, log: cfg.Logger, inh: &inherited{gen: 1}, exit: make(chan struct{})}
 	if u.log == nil {
 		u.log = zap.NewNop()
 	}
 	u.log = u.log.With(zap.String("handoff", cfg.Path), zap.Int("pid", os.Getpid()))
+	u.pass.log, u.pass.opErr = u.log, u.opError
 	if err := checkPath(cfg.Path); err != nil {
 		return nil, u.opError(err)
 	}
@@ -152,21 +135,22 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	fresh, err := u.connect(ctx, dctx)
+	h := handshake{cfg: &u.cfg, log: u.log, in: u.inh}
+	fresh, err := h.connect(ctx, dctx)
 	if err != nil {
 		return nil, u.opError(err)
 	}
 	if !fresh {
 		return u, nil
 	}
-	if u.fback != nil {
+	if u.inh.fback != nil {
 		u.log.Warn("predecessor lost during handoff; keeping the sockets received, the rest will be fresh", zap.String("event", "handoff.fallback"),
-			zap.Error(u.fback), zap.Int("kept", len(u.inh)), zap.Uint64("generation", u.gen))
+			zap.Error(u.inh.fback), zap.Int("kept", len(u.inh.socks)), zap.Uint64("generation", u.inh.gen))
 	}
-	if u.act, err = systemd.Activated(); err != nil {
+	if u.inh.act, err = systemd.Activated(); err != nil {
 		return nil, u.opError(err)
 	}
-	u.log.Info("no predecessor", zap.String("event", "handoff.fresh"), zap.Uint64("generation", u.gen), zap.Bool("systemd", u.act != nil))
+	u.log.Info("no predecessor", zap.String("event", "handoff.fresh"), zap.Uint64("generation", u.inh.gen), zap.Bool("systemd", u.inh.act != nil))
 	return u, nil
 }
 
@@ -183,12 +167,12 @@ func (u *Upgrader) opError(err error) error {
 
 // Generation is this process's generation: 1 for the first, predecessor's + 1
 // after each handoff. Constant for the Upgrader's life.
-func (u *Upgrader) Generation() uint64 { return u.gen }
+func (u *Upgrader) Generation() uint64 { return u.inh.gen }
 
 // FallbackReason is why New did not complete a handoff although a
 // predecessor answered (it died during the transfer), or nil. The sockets
 // received before it died are kept; see New.
-func (u *Upgrader) FallbackReason() error { return u.fback }
+func (u *Upgrader) FallbackReason() error { return u.inh.fback }
 
 // Exit is closed when a successor has called Ready: stop accepting on every
 // listener now (close them), then drain.
@@ -207,17 +191,10 @@ func (u *Upgrader) Close() error {
 		return nil
 	}
 	u.closed = true
-	srv, socks, inh, pred, hln := u.srv, u.socks, u.inh, u.pred, u.hln
-	succ, preds := u.succ, u.preds
-	u.socks, u.inh, u.pred, u.hln, u.succ, u.preds = nil, nil, nil, nil, nil, nil
+	srv, socks := u.srv, u.reg.close()
+	inh, pred, hln := u.inh.release()
 	u.mu.Unlock()
-	if succ != nil {
-		succ.Close() // the successor has every connection it acked
-	}
-	for _, c := range preds {
-		c.Close()
-	}
-	u.connsWG.Wait()
+	u.pass.close()
 	if hln != nil {
 		hln.Close() // our reference; the predecessor serves it
 	}
@@ -234,8 +211,8 @@ func (u *Upgrader) Close() error {
 	for _, s := range inh {
 		s.close()
 	}
-	if u.act != nil {
-		u.act.Close()
+	if u.inh.act != nil {
+		u.inh.act.Close()
 	}
 	return nil
 }

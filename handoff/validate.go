@@ -150,12 +150,6 @@ func wantAddr(network, address string) (string, bool) {
 	return netip.AddrPortFrom(ip, uint16(p)).String(), true
 }
 
-// checkOptions compares an inherited inet socket with what Config.Listen
-// would create for network: reuseport's one option check.
-func (u *Upgrader) checkOptions(network string, so *reuseport.Socket) error {
-	return u.cfg.Listen.Check(network, so)
-}
-
 // sockType is the socket type of a kind.
 func sockType(kind string) int {
 	if kind == kindUDP {

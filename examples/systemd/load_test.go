@@ -12,13 +12,14 @@ import (
 	"time"
 )
 
-// load is a bounded client loop: workers that each open a new connection per
-// request (no keep-alive) and count the answers by generation.
+// load is a bounded client loop: workers that each call a fetch function
+// in a loop (by default a GET on a new connection, no keep-alive) and count
+// the answers by the key it returns.
 type load struct {
 	stopc  chan struct{}
 	wg     sync.WaitGroup
 	mu     sync.Mutex
-	byGen  map[string]int // first word after "generation" in the body
+	byGen  map[string]int // by fetch's key: by default the first word after "generation" in the body
 	failed []error
 }
 
@@ -31,9 +32,17 @@ func startLoad(t *testing.T, url string, workers int) *load {
 // startLoadVia is startLoad with each connection dialled by dial (nil: the
 // default dialer).
 func startLoadVia(t *testing.T, url string, workers int, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *load {
-	l := &load{stopc: make(chan struct{}), byGen: map[string]int{}}
 	tr := &http.Transport{DisableKeepAlives: true, DialContext: dial}
 	c := &http.Client{Timeout: 10 * time.Second, Transport: tr}
+	t.Cleanup(tr.CloseIdleConnections)
+	return startLoadFunc(t, workers, func() (string, error) { return fetch(c, url) })
+}
+
+// startLoadFunc runs workers that each call get until stop, for at most 2
+// minutes and 100000 calls each; get returns the key it counts the answer
+// by, or an error.
+func startLoadFunc(t *testing.T, workers int, get func() (string, error)) *load {
+	l := &load{stopc: make(chan struct{}), byGen: map[string]int{}}
 	deadline := time.Now().Add(2 * time.Minute)
 	for range workers {
 		l.wg.Add(1)
@@ -45,7 +54,7 @@ func startLoadVia(t *testing.T, url string, workers int, dial func(ctx context.C
 					return
 				default:
 				}
-				gen, err := fetch(c, url)
+				gen, err := get()
 				l.mu.Lock()
 				if err != nil {
 					l.failed = append(l.failed, err)
@@ -56,26 +65,36 @@ func startLoadVia(t *testing.T, url string, workers int, dial func(ctx context.C
 			}
 		}()
 	}
-	t.Cleanup(func() { l.stop(); tr.CloseIdleConnections() })
+	t.Cleanup(func() { l.stop() })
 	return l
 }
 
 // fetch GETs url and returns the generation in the answer.
 func fetch(c *http.Client, url string) (string, error) {
-	resp, err := c.Get(url)
+	f, _, err := answer(c, url)
 	if err != nil {
 		return "", err
+	}
+	return f[1], nil
+}
+
+// answer GETs url and returns the words of the answer, "generation G pid P
+// inode I", and the protocol it came over.
+func answer(c *http.Client, url string) ([]string, string, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return nil, "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "", err
+		return nil, resp.Proto, err
 	}
 	f := strings.Fields(string(b))
-	if resp.StatusCode != 200 || len(f) < 2 || f[0] != "generation" {
-		return "", fmt.Errorf("GET %s: %d %q", url, resp.StatusCode, b)
+	if resp.StatusCode != 200 || len(f) < 6 || f[0] != "generation" {
+		return nil, resp.Proto, fmt.Errorf("GET %s: %d %q", url, resp.StatusCode, b)
 	}
-	return f[1], nil
+	return f, resp.Proto, nil
 }
 
 // waitFor waits (at most 60 s) until generation gen answered n requests.

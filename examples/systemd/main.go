@@ -29,6 +29,7 @@ type config struct {
 	args               []string // the whole command line, for a successor
 	addr, name, ignore string
 	socket             string // the handoff socket; "" means no reload
+	cert, key          string // PEM files: serve HTTPS; "" means plain HTTP
 	generation         int
 	store              bool
 	grace              time.Duration
@@ -44,7 +45,15 @@ func parse(args []string) (*config, error) {
 	fs.BoolVar(&c.store, "store", false, "push the listener into systemd's fd store (for a service without a .socket unit)")
 	fs.DurationVar(&c.grace, "grace", 30*time.Second, "bound on the drain at stop")
 	fs.StringVar(&c.socket, "socket", "", "handoff socket (its directory must be 0700 or 0755, ours): SIGHUP starts a successor that takes the listener over")
-	return c, fs.Parse(args)
+	fs.StringVar(&c.cert, "cert", "", "PEM certificate file: serve HTTPS (HTTP/2 and HTTP/1.1 by ALPN) with drain.Server.ServeTLS")
+	fs.StringVar(&c.key, "key", "", "PEM key file of -cert")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if (c.cert == "") != (c.key == "") {
+		return c, errors.New("-cert and -key go together")
+	}
+	return c, nil
 }
 
 func main() {
@@ -101,7 +110,13 @@ func run(ctx context.Context, c *config, hup <-chan os.Signal, out io.Writer) er
 	mux.Handle("/ready", srv.Ready())
 	srv.HTTP.Handler = mux
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
+	go func() {
+		if c.cert != "" {
+			served <- srv.ServeTLS(l, c.cert, c.key)
+			return
+		}
+		served <- srv.Serve(l)
+	}()
 
 	status := fmt.Sprintf("generation %d serving %s (%s, inode %d)", gen, l.Addr(), how, ino)
 	fmt.Fprintln(out, status)

@@ -305,3 +305,15 @@ func inodeOf(t *testing.T, f *os.File) uint64 {
 	}
 	return st.Ino
 }
+
+// TestParseCertKey: -cert and -key go together.
+func TestParseCertKey(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{{nil, true}, {[]string{"-cert", "c.pem", "-key", "k.pem"}, true}, {[]string{"-cert", "c.pem"}, false}, {[]string{"-key", "k.pem"}, false}} {
+		if _, err := parse(tc.args); (err == nil) != tc.ok {
+			t.Errorf("parse(%q) = %v, want ok=%v", tc.args, err, tc.ok)
+		}
+	}
+}

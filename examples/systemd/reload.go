@@ -17,6 +17,7 @@ import (
 	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"github.com/zerodrop/zerodrop/stats"
+	"golang.org/x/sys/unix"
 )
 
 // newUpgrader connects to the predecessor serving -socket, if any; it returns
@@ -161,19 +162,49 @@ func (g *generation) reload(c *config, failed chan<- error, out io.Writer) error
 	}
 	cmd := exec.Command(bin, c.args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Start(); err != nil {
+	// Under systemd, the successor is systemd's child, not ours, or systemd
+	// would SIGKILL it at the next stop before it drained.
+	sibling, err := systemd.StartSuccessor(cmd)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "generation %d: started successor pid %d\n", g.gen, cmd.Process.Pid)
+	report := func(err error) {
+		select {
+		case failed <- err:
+		default:
+		}
+	}
+	if sibling {
+		return watchExit(cmd.Process.Pid, report)
+	}
 	go func() {
 		err := cmd.Wait()
 		if err == nil {
 			err = errors.New("exit status 0")
 		}
-		select {
-		case failed <- err:
-		default:
+		report(err)
+	}()
+	return nil
+}
+
+// watchExit calls report when the process pid, which is not our child,
+// exits: its exit status is its parent's to read, so report gets only that
+// it exited.
+func watchExit(pid int, report func(error)) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return os.NewSyscallError("pidfd_open", err)
+	}
+	go func() {
+		defer unix.Close(fd)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
+				break
+			}
 		}
+		report(fmt.Errorf("successor pid %d exited", pid))
 	}()
 	return nil
 }

@@ -226,3 +226,46 @@ func TestSystemdWatchdog(t *testing.T) {
 	u.waitJournal("Watchdog timeout")
 	u.noLoss(before)
 }
+
+// TestSystemdReloadThenRestart: a "systemctl restart" after a "systemctl
+// reload" drains like one before it. systemd holds a main process that is
+// not its child for an "alien" one it cannot wait for, decided when MAINPID=
+// names it: at the stop it sent SIGTERM and, not waiting, SIGKILL right
+// after, so the successor's drain never ran (before the fix, the successor
+// being the predecessor's child: "Supervising process P which is not our
+// child", then "Killing process P (zerodrop-exampl) with signal SIGKILL",
+// "status=9/KILL", and 2-3 requests reset). The predecessor now starts the
+// successor as systemd's child (systemd.StartSuccessor, CLONE_PARENT).
+func TestSystemdReloadThenRestart(t *testing.T) {
+	netnstest.CheckLeaks(t)
+	u := bootExample(t, true, nil)
+	u.systemctl("start", socket, service)
+	ld := startLoadVia(t, boxURL, 4, u.DialContext)
+	ld.waitFor(t, "1", 20)
+	u.systemctl("reload", service)
+	succ := u.mainPID()
+	ld.waitFor(t, "2", 20)
+	cg := "/sys/fs/cgroup" + u.show("ControlGroup") + "/cgroup.procs"
+	u.waitFor("the predecessor gone from "+cg, func() bool { return procsIn(t, u, cg) == strconv.Itoa(succ) })
+
+	u.systemctl("restart", service)
+	pid := u.mainPID()
+	if pid == succ || pid == 0 {
+		t.Fatalf("MainPID %d after systemctl restart, was %d", pid, succ)
+	}
+	ld.waitFor(t, "1", 40) // the new process serves (generation 1 again)
+	byGen, failed := ld.stop()
+	j := u.waitJournal("stopped:")
+	t.Logf("answered by generation %v, failed %d; %d drains in the journal", byGen, len(failed), countLines(j, "stopped:"))
+	if len(failed) != 0 {
+		t.Errorf("failed requests %v, want none", failed)
+	}
+	for _, bad := range []string{"which is not our child", "with signal SIGKILL", "status=9/KILL"} {
+		if strings.Contains(j, bad) {
+			t.Errorf("the journal says %q: systemd did not wait for the successor to drain", bad)
+		}
+	}
+	if n := countLines(j, "stopped:"); n < 2 {
+		t.Errorf("%d drains in the journal, want 2 (the predecessor at the reload, the successor at the restart)", n)
+	}
+}

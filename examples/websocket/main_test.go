@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 )
 
@@ -45,9 +46,9 @@ func goingAway(t *testing.T, withCallback bool) {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	srv := newServer(2 * time.Second)
-	if !withCallback {
-		srv.Hijacked = nil
+	srv := &drain.Server{HTTP: newHTTPServer(&echo{})}
+	if withCallback {
+		srv.Hijacked = drain.GoingAway(2 * time.Second)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()

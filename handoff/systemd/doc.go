@@ -35,6 +35,11 @@
 // WATCHDOG_USEC and WATCHDOG_PID; Pinger serves a successor). Outside systemd
 // FromEnv returns nil, and a nil Notifier's notifications are no-ops.
 //
+// A successor that sends MAINPID= must be systemd's child: systemd does not
+// wait at a stop for a main process that is not (it sends SIGKILL right
+// after SIGTERM, and the drain never runs). StartSuccessor starts it so
+// (clone(2) CLONE_PARENT) when NOTIFY_SOCKET is set.
+//
 // # The fd store
 //
 // Store sends FDSTORE=1 and FDNAME= with the socket attached (SCM_RIGHTS);

@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("report", helperReport)
 	netnstest.RegisterHelper("serve", helperServe)
 	netnstest.RegisterHelper("store-and-stop", helperStoreAndStop)
+	netnstest.RegisterHelper("start-successor", helperStartSuccessor)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }

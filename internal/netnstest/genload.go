@@ -85,19 +85,11 @@ func (l *GenLoad) loop(url string, deadline time.Time) {
 // fails tb if it has not.
 func (l *GenLoad) WaitFor(tb testing.TB, gen, n int) {
 	tb.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	WaitCount(tb, fmt.Sprintf("requests generation %d answered", gen), n, func() int {
 		l.mu.Lock()
-		got := l.byGen[gen]
-		l.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("generation %d answered %d requests in 60 s, want %d", gen, got, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer l.mu.Unlock()
+		return l.byGen[gen]
+	})
 }
 
 // Stop ends the load (safe to call twice), closes the client's idle

@@ -34,6 +34,13 @@ type Subreaped struct {
 // (SIGKILL, then reaped within 10 s each).
 func StartSubreaped(tb testing.TB, bin string, env []string, args ...string) *Subreaped {
 	tb.Helper()
+	return StartSubreapedFiles(tb, bin, nil, env, args...)
+}
+
+// StartSubreapedFiles is StartSubreaped with files passed to the first
+// process as fd 3, 4, ... (as systemd passes activated sockets).
+func StartSubreapedFiles(tb testing.TB, bin string, files []*os.File, env []string, args ...string) *Subreaped {
+	tb.Helper()
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		tb.Fatalf("PR_SET_CHILD_SUBREAPER: %v", err)
 	}
@@ -43,6 +50,7 @@ func StartSubreaped(tb testing.TB, bin string, env []string, args ...string) *Su
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr, cmd.Env = w, os.Stderr, append(os.Environ(), env...)
+	cmd.ExtraFiles = files
 	err = cmd.Start()
 	w.Close()
 	if err != nil {

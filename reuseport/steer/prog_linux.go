@@ -71,6 +71,19 @@ func lookupSlot(next string) asm.Instructions {
 	}
 }
 
+// lookupConfig sets R0 to the config map's one value (key 0, on the stack at
+// fpKey), or jumps to miss when there is none.
+func lookupConfig(miss string) asm.Instructions {
+	return asm.Instructions{
+		asm.StoreImm(asm.RFP, fpKey, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(refConfig),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, fpKey),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, miss),
+	}
+}
+
 // count adds one to the per-CPU counter at off of the slot whose index is on
 // the stack at fp, and falls through to the instruction after it.
 func count(fp int16, off int16, done string) asm.Instructions {
@@ -129,19 +142,14 @@ const (
 // connection: with BalanceLeastLoaded, the lowest load among the live slots
 // with a weight; otherwise no limit.
 func leastLoad(n int32) asm.Instructions {
-	p := asm.Instructions{
-		asm.LoadImm(asm.R7, 0xffffffff, asm.DWord),
-		asm.StoreImm(asm.RFP, fpKey, 0, asm.Word),
-		asm.LoadMapPtr(asm.R1, 0).WithReference(refConfig),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, fpKey),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "spread"),
+	p := asm.Instructions{asm.LoadImm(asm.R7, 0xffffffff, asm.DWord)}
+	p = append(p, lookupConfig("spread")...)
+	p = append(p,
 		asm.LoadMem(asm.R1, asm.R0, offConfigBalance, asm.Word),
 		asm.JNE.Imm(asm.R1, int32(BalanceLeastLoaded), "spread"),
 		asm.Mov.Imm(asm.R8, 0),
 		asm.JGE.Imm(asm.R8, n, "spread").WithSymbol("ll_loop"),
-	}
+	)
 	p = append(p, lookupSlot("ll_next")...)
 	return append(p,
 		asm.LoadMem(asm.R1, asm.R0, offWeight, asm.Word),
@@ -160,36 +168,16 @@ func leastLoad(n int32) asm.Instructions {
 // or a refused selection, leaves the choice to the hash.
 func newConn(n int32) asm.Instructions {
 	p := leastLoad(n)
+	p = append(p, asm.Mov.Imm(asm.R8, 0).WithSymbol("spread"), asm.Mov.Imm(asm.R9, 0))
+	p = append(p, eachUnderLoad(n, "sum", "sum_done", asm.Add.Reg(asm.R9, asm.R1))...)
 	p = append(p,
-		asm.Mov.Imm(asm.R8, 0).WithSymbol("spread"),
-		asm.Mov.Imm(asm.R9, 0),
-		asm.JGE.Imm(asm.R8, n, "sum_done").WithSymbol("sum_loop"),
-	)
-	p = append(p, lookupSlot("sum_next")...)
-	p = append(p,
-		asm.LoadMem(asm.R1, asm.R0, offLoad, asm.Word),
-		asm.JGT.Reg(asm.R1, asm.R7, "sum_next"),
-		asm.LoadMem(asm.R1, asm.R0, offWeight, asm.Word),
-		asm.Add.Reg(asm.R9, asm.R1),
-		asm.Add.Imm(asm.R8, 1).WithSymbol("sum_next"),
-		asm.Ja.Label("sum_loop"),
 		asm.JEq.Imm(asm.R9, 0, "pass").WithSymbol("sum_done"),
 		asm.FnGetPrandomU32.Call(),
 		asm.Mod.Reg(asm.R0, asm.R9),
 		asm.Mov.Reg(asm.R9, asm.R0),
 		asm.Mov.Imm(asm.R8, 0),
-		asm.JGE.Imm(asm.R8, n, "pass").WithSymbol("pick_loop"),
 	)
-	p = append(p, lookupSlot("pick_next")...)
-	p = append(p,
-		asm.LoadMem(asm.R1, asm.R0, offLoad, asm.Word),
-		asm.JGT.Reg(asm.R1, asm.R7, "pick_next"),
-		asm.LoadMem(asm.R1, asm.R0, offWeight, asm.Word),
-		asm.JLT.Reg(asm.R9, asm.R1, "picked"),
-		asm.Sub.Reg(asm.R9, asm.R1),
-		asm.Add.Imm(asm.R8, 1).WithSymbol("pick_next"),
-		asm.Ja.Label("pick_loop"),
-	)
+	p = append(p, eachUnderLoad(n, "pick", "pass", asm.JLT.Reg(asm.R9, asm.R1, "picked"), asm.Sub.Reg(asm.R9, asm.R1))...)
 	sel := selectSlot(asm.R8, "pass")
 	sel[0] = sel[0].WithSymbol("picked")
 	p = append(p, sel...)
@@ -197,6 +185,22 @@ func newConn(n int32) asm.Instructions {
 	p = append(p, count(fpSelect, offSteered, "steered")...)
 	p = append(p, asm.Ja.Label("pass"))
 	return p
+}
+
+// eachUnderLoad walks R8 from its value to n-1 over the live slots whose
+// load is at most R7 (R0: the slot's value, R1: its weight) and runs body for
+// each; the loop is labelled name_loop, and leaves to done.
+func eachUnderLoad(n int32, name, done string, body ...asm.Instruction) asm.Instructions {
+	loop, next := name+"_loop", name+"_next"
+	p := asm.Instructions{asm.JGE.Imm(asm.R8, n, done).WithSymbol(loop)}
+	p = append(p, lookupSlot(next)...)
+	p = append(p,
+		asm.LoadMem(asm.R1, asm.R0, offLoad, asm.Word),
+		asm.JGT.Reg(asm.R1, asm.R7, next),
+		asm.LoadMem(asm.R1, asm.R0, offWeight, asm.Word),
+	)
+	p = append(p, body...)
+	return append(p, asm.Add.Imm(asm.R8, 1).WithSymbol(next), asm.Ja.Label(loop))
 }
 
 // migrate picks the target of a connection that a closing listener leaves in
@@ -276,16 +280,12 @@ func candidate(next string) asm.Instructions {
 // among the remaining members) when the config says so, else SK_DROP, which
 // resets the connection and counts a drop for the closing listener's slot.
 func mismatch() asm.Instructions {
-	p := asm.Instructions{
-		asm.StoreImm(asm.RFP, fpKey, 0, asm.Word).WithSymbol("mismatch"),
-		asm.LoadMapPtr(asm.R1, 0).WithReference(refConfig),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, fpKey),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "drop"),
+	p := lookupConfig("drop")
+	p[0] = p[0].WithSymbol("mismatch")
+	p = append(p,
 		asm.LoadMem(asm.R1, asm.R0, offConfigMismatch, asm.Word),
 		asm.JEq.Imm(asm.R1, int32(MismatchHash), "pass"),
-	}
+	)
 	drop := count(fpSrc, offDropped, "dropped")
 	drop[0] = drop[0].WithSymbol("drop")
 	p = append(p, drop...)

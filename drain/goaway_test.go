@@ -1,0 +1,258 @@
+package drain_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+)
+
+// TestHTTP2StreamsAtGoAway: a client keeps up to 64 streams open on one
+// HTTP/2 connection (ALPN h2 over TLS, and h2c), opening the next as soon as
+// one ends, when the drain begins; it stops opening streams at the first
+// GOAWAY it reads, as RFC 9113 section 6.8 asks of it. Every stream it opened
+// is answered. With one GOAWAY naming the last stream the server had read
+// (net/http's), the streams the client opened while that GOAWAY was on its
+// way were above it, ignored, and never answered (on loopback, 1 to 60 of
+// them per drain here). The drain now sends the two-step shutdown first:
+// GOAWAY with the largest stream id and a PING, and lets net/http name the
+// real last stream only after the PING's ack shows the client has seen it.
+func TestHTTP2StreamsAtGoAway(t *testing.T) {
+	for _, https := range []bool{true, false} {
+		t.Run(map[bool]string{true: "h2", false: "h2c"}[https], func(t *testing.T) {
+			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+				netnstest.CheckLeaks(t)
+				for round := range 5 {
+					streamsAtGoAway(t, https, round)
+				}
+			})
+		})
+	}
+}
+
+func streamsAtGoAway(t *testing.T, https bool, round int) {
+	cert := netnstest.NewCert(t)
+	tl := listenTCP(t, "127.0.0.1:0")
+	hs := &http.Server{Handler: named("A"), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert.TLS}}}
+	if !https {
+		hs.Protocols = new(http.Protocols)
+		hs.Protocols.SetHTTP1(true)
+		hs.Protocols.SetUnencryptedHTTP2(true)
+	}
+	ds := &drain.Server{HTTP: hs}
+	wait := serve(t, func() error {
+		if https {
+			return ds.ServeTLS(tl, "", "")
+		}
+		return ds.Serve(tl)
+	})
+	var c net.Conn = dial(t, tl.Addr().String())
+	if https {
+		tc := tls.Client(c, cert.Client("h2"))
+		if err := tc.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		c = tc
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	h := &h2Client{c: c}
+	if err := h.preface(); err != nil {
+		t.Fatal(err)
+	}
+
+	// What the reader saw, shared with the writer.
+	var (
+		mu       sync.Mutex
+		changed  = sync.NewCond(&mu)
+		opened   = map[uint32]bool{}
+		answered = map[uint32]bool{}
+		reset    = map[uint32]bool{}
+		goAways  [][]byte
+		readErr  error
+	)
+	const maxOpen, maxStreams = 64, 100_000
+	writerDone := make(chan error, 1)
+	go func() { // the client's streams, bounded in count and by the deadline
+		id := uint32(1)
+		for n := 0; n < maxStreams; n++ {
+			mu.Lock()
+			for len(opened)-len(answered)-len(reset) >= maxOpen && len(goAways) == 0 && readErr == nil {
+				changed.Wait()
+			}
+			stop := len(goAways) > 0 || readErr != nil
+			if !stop {
+				opened[id] = true
+			}
+			mu.Unlock()
+			if stop {
+				break
+			}
+			if err := h.open(id, https); err != nil {
+				writerDone <- err
+				return
+			}
+			id += 2
+		}
+		writerDone <- nil
+	}()
+
+	shut := make(chan *drain.Report, 1)
+	startShutdown := func() {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			rep, err := ds.Shutdown(ctx)
+			if err != nil {
+				t.Errorf("shutdown: %v", err)
+			}
+			shut <- rep
+		}()
+	}
+	for started := false; ; {
+		f, err := h.read()
+		mu.Lock()
+		switch {
+		case err != nil:
+			readErr = err
+		case f.typ == h2GoAway:
+			goAways = append(goAways, f.payload)
+		case f.typ == h2RSTStream:
+			reset[f.stream] = true
+		case (f.typ == h2Data || f.typ == h2Headers) && f.flags&h2EndStream != 0:
+			answered[f.stream] = true
+		}
+		if !started && len(answered) >= 500 {
+			started = true
+			startShutdown()
+		}
+		changed.Broadcast()
+		mu.Unlock()
+		if err != nil {
+			break
+		}
+	}
+	if err := <-writerDone; err != nil {
+		t.Logf("the client's writes ended with %v", err)
+	}
+	c.Close()
+	rep := <-shut
+	wait()
+
+	var unanswered []uint32
+	for id := range opened {
+		if !answered[id] {
+			unanswered = append(unanswered, id)
+		}
+	}
+	var lasts []uint32
+	for _, p := range goAways {
+		if len(p) >= 8 {
+			lasts = append(lasts, binary.BigEndian.Uint32(p)&(1<<31-1))
+		}
+	}
+	t.Logf("round %d: %d streams opened, %d answered, %d reset; GOAWAY last stream ids %v; report: %d HTTP/2, go-away acked %d, unacked %d",
+		round, len(opened), len(answered), len(reset), lasts, rep.HTTP.HTTP2, rep.HTTP.GoAwayAcked, rep.HTTP.GoAwayUnacked)
+	if len(unanswered) > 0 || len(reset) > 0 {
+		t.Errorf("round %d: %d of %d streams never answered (%v...), %d reset", round, len(unanswered), len(opened), unanswered[:min(len(unanswered), 5)], len(reset))
+	}
+	if len(lasts) != 2 || lasts[0] != 1<<31-1 || rep.HTTP.GoAwayAcked != 1 {
+		t.Errorf("round %d: GOAWAY last stream ids %v, acked %d; want 2^31-1 then the last stream, and 1 acked", round, lasts, rep.HTTP.GoAwayAcked)
+	}
+}
+
+// TestHTTP2KeepsTLSState: served through the drain's two-step path, an
+// HTTP/2 request over TLS still has its TLS state (Request.TLS, ALPN h2),
+// as net/http gives it, and Go's HTTP/2 Transport gets its reply.
+func TestHTTP2KeepsTLSState(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		cert := netnstest.NewCert(t)
+		tl := listenTCP(t, "127.0.0.1:0")
+		hs := &http.Server{
+			TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert.TLS}},
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				alpn := "none"
+				if r.TLS != nil {
+					alpn = r.TLS.NegotiatedProtocol
+				}
+				fmt.Fprintf(w, "%s %s", r.Proto, alpn)
+			}),
+		}
+		ds := &drain.Server{HTTP: hs}
+		wait := serve(t, func() error { return ds.ServeTLS(tl, "", "") })
+		tr := &http.Transport{TLSClientConfig: cert.Client("h2"), ForceAttemptHTTP2: true}
+		defer tr.CloseIdleConnections()
+		res, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + tl.Addr().String() + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil || string(body) != "HTTP/2.0 h2" {
+			t.Errorf("reply %q (%v), want \"HTTP/2.0 h2\"", body, err)
+		}
+		tr.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := ds.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		wait()
+	})
+}
+
+// TestHTTP2ClosedAtGoAway: a client that hangs up at the first GOAWAY it
+// reads (h2load does) is still counted: the report's HTTP/2 connections are
+// those open when the listener began to stop, and this one's first step
+// ends unacked. Counted once the listener had stopped, as before, it was
+// gone already and the report said 0 HTTP/2 connections.
+func TestHTTP2ClosedAtGoAway(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		cert := netnstest.NewCert(t)
+		tl := listenTCP(t, "127.0.0.1:0")
+		ds := &drain.Server{HTTP: &http.Server{Handler: named("A"), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert.TLS}}}}
+		wait := serve(t, func() error { return ds.ServeTLS(tl, "", "") })
+		tc := tls.Client(dial(t, tl.Addr().String()), cert.Client("h2"))
+		defer tc.Close()
+		tc.SetDeadline(time.Now().Add(20 * time.Second))
+		h := &h2Client{c: tc}
+		if err := h.get(1, true); err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan error, 1)
+		go func() {
+			for {
+				f, err := h.read()
+				if err != nil || f.typ == h2GoAway {
+					closed <- err
+					tc.Close()
+					return
+				}
+			}
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		rep, err := ds.Shutdown(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-closed; err != nil {
+			t.Fatalf("the client read %v before any GOAWAY", err)
+		}
+		wait()
+		if rep.HTTP.HTTP2 != 1 || rep.HTTP.GoAwayAcked != 0 || rep.HTTP.GoAwayUnacked != 1 {
+			t.Errorf("report: %d HTTP/2 connections, %d acked, %d unacked; want 1, 0, 1", rep.HTTP.HTTP2, rep.HTTP.GoAwayAcked, rep.HTTP.GoAwayUnacked)
+		}
+	})
+}

@@ -1,0 +1,266 @@
+package zerodrop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/zerodrop/zerodrop/handoff"
+	"github.com/zerodrop/zerodrop/handoff/systemd"
+	"github.com/zerodrop/zerodrop/reuseport"
+	"go.uber.org/zap"
+)
+
+// Generation is one process of a service and its listeners, one per address,
+// each taken the right way for where the process runs: from the predecessor
+// on Options.Handoff, else from systemd socket activation, else a fresh
+// reuseport socket. Serve runs an http.Server on one; a server of another
+// kind (package grpc's Serve) runs its own on one:
+//
+//	g, err := zerodrop.Open(ctx, addrs, opts)
+//	// serve g.Listeners()...
+//	err = g.Ready("serving")
+//	cause, delay, err := g.Wait(ctx, served)
+//	g.Stopping(cause)
+//	// drain, with delay when a signal or ctx stopped us...
+//	g.Close()
+//
+// Open installs the handlers of Options.Signals and, with Handoff, of
+// Options.UpgradeSignals; Close removes them.
+type Generation struct {
+	u     *handoff.Upgrader // nil without Handoff
+	act   *systemd.Activation
+	names []string // the addresses, the listeners' names for handoff
+	lns   []net.Listener
+	wd    *systemd.Watchdog
+	log   *zap.Logger
+	opts  Options
+
+	stop, upgrade chan os.Signal // upgrade is nil without Handoff
+}
+
+// CauseSuccessor is Wait's cause when a successor took over; Report.Cause
+// says it then too.
+const CauseSuccessor = "successor ready"
+
+// Open takes a listener for every address, or none: on error those already
+// taken are closed. Of opts it reads Handoff, PIDFile, AllowUIDs, Listen,
+// Logger, OnHandoff, Signals, UpgradeSignals, Successor, Delay.
+func Open(ctx context.Context, addrs []string, opts Options) (g *Generation, err error) {
+	if len(addrs) == 0 {
+		return nil, ErrNoAddress
+	}
+	g = &Generation{log: opts.Logger, opts: opts, stop: make(chan os.Signal, 1)}
+	if g.log == nil {
+		g.log = zap.NewNop()
+	}
+	signal.Notify(g.stop, signalsOr(opts.Signals, syscall.SIGTERM, syscall.SIGINT)...)
+	defer func() {
+		if err != nil {
+			for _, l := range g.lns {
+				l.Close()
+			}
+			g.Close()
+			g = nil
+		}
+	}()
+	cfg := opts.Listen
+	if cfg.Logger == nil {
+		cfg.Logger = opts.Logger
+	}
+	if opts.Handoff != "" {
+		if cfg.Migration == reuseport.MigrationWarn {
+			cfg.Migration = reuseport.MigrationIgnore // a handoff-only service does not migrate
+		}
+		g.u, err = handoff.New(ctx, handoff.Config{Path: opts.Handoff, PIDFile: opts.PIDFile, AllowUIDs: opts.AllowUIDs, Listen: cfg, Logger: opts.Logger, OnHandoff: opts.OnHandoff})
+		if err != nil {
+			return g, err
+		}
+		g.upgrade = make(chan os.Signal, 1)
+		signal.Notify(g.upgrade, signalsOr(opts.UpgradeSignals, syscall.SIGHUP)...)
+	} else if g.act, err = systemd.Activated(); err != nil {
+		return g, err
+	}
+	for _, a := range addrs {
+		var l net.Listener
+		switch {
+		case g.u != nil:
+			l, err = g.u.Listen(ctx, a, "tcp", a)
+		default:
+			l, err = g.act.Listener(ctx, a, "tcp", a, &cfg)
+			if errors.Is(err, systemd.ErrNotFound) || (err == nil && l == nil) {
+				l, err = cfg.Listen(ctx, "tcp", a)
+			}
+		}
+		if err != nil {
+			return g, err
+		}
+		g.names = append(g.names, a)
+		g.lns = append(g.lns, l)
+	}
+	if g.act != nil {
+		if left := g.act.Available(); len(left) > 0 {
+			g.log.Warn("activated sockets not used", zap.String("event", "zerodrop.unused_fds"), zap.Strings("fds", left))
+		}
+	}
+	return g, nil
+}
+
+// Number is the generation's number: the predecessor's plus one, or 1.
+func (g *Generation) Number() uint64 {
+	if g.u == nil {
+		return 1
+	}
+	return g.u.Generation()
+}
+
+// Listeners returns the listeners, in the order of Open's addresses. Whoever
+// serves one owns it (closes it, or drains it).
+func (g *Generation) Listeners() []net.Listener { return g.lns }
+
+// Addrs returns the listeners' addresses, in the same order.
+func (g *Generation) Addrs() []net.Addr {
+	as := make([]net.Addr, len(g.lns))
+	for i, l := range g.lns {
+		as[i] = l.Addr()
+	}
+	return as
+}
+
+// Upgrader returns the handoff Upgrader, or nil without Options.Handoff.
+func (g *Generation) Upgrader() *handoff.Upgrader { return g.u }
+
+// Ready tells the predecessor (handoff's Ready: it stops) and systemd that
+// this generation serves: a successor first makes itself the service's main
+// process (MAINPID=), then READY=1 with status, and the watchdog pings
+// systemd asked for start (a successor's too, whatever WATCHDOG_PID says).
+func (g *Generation) Ready(status string) error {
+	if g.u != nil {
+		if err := g.u.Ready(); err != nil {
+			return err
+		}
+	}
+	n := systemd.FromEnv()
+	if n == nil {
+		return nil
+	}
+	n.Logger = g.opts.Logger
+	gen := g.Number()
+	if gen > 1 { // a reload: we are the service's main process now
+		if err := n.MainPID(os.Getpid()); err != nil {
+			return err
+		}
+	}
+	if err := n.Ready(status); err != nil {
+		return err
+	}
+	w, err := n.StartWatchdog(context.Background())
+	if err == nil && w == nil && gen > 1 { // WATCHDOG_PID still names the predecessor
+		var iv time.Duration
+		if iv, err = systemd.WatchdogInterval(); err == nil {
+			w = n.Pinger(context.Background(), iv)
+		}
+	}
+	g.wd = w
+	return err
+}
+
+// Wait serves the upgrade signals (each starts a successor: Options.Successor,
+// or this executable again; a failure is logged, and we go on serving) and
+// returns why the generation must stop, and with which Delay: CauseSuccessor
+// (delay 0: the successor serves the same sockets), a stop signal's name or
+// ctx's error (Options.Delay), or, when served yields a value (a server
+// stopped serving), "serve failed" with that value (delay 0).
+func (g *Generation) Wait(ctx context.Context, served <-chan error) (cause string, delay time.Duration, err error) {
+	var exit <-chan struct{}
+	if g.u != nil {
+		exit = g.u.Exit()
+	}
+	for {
+		select {
+		case <-g.upgrade:
+			if err := startSuccessor(g.opts.Successor, g.log); err != nil {
+				g.log.Warn("successor not started", zap.String("event", "zerodrop.successor_failed"), zap.Error(err))
+			}
+		case <-exit:
+			return CauseSuccessor, 0, nil
+		case sig := <-g.stop:
+			return sig.String(), g.opts.Delay, nil
+		case <-ctx.Done():
+			return ctx.Err().Error(), g.opts.Delay, nil
+		case err := <-served:
+			return "serve failed", 0, err
+		}
+	}
+}
+
+// Stopping logs the stop and, unless a successor took over, tells systemd
+// (STOPPING=1).
+func (g *Generation) Stopping(cause string) {
+	g.log.Info("stopping", zap.String("event", "zerodrop.stop"), zap.Uint64("generation", g.Number()), zap.String("cause", cause))
+	if n := systemd.FromEnv(); n != nil && cause != CauseSuccessor {
+		n.Stopping(fmt.Sprintf("generation %d stopping: %s", g.Number(), cause))
+	}
+}
+
+// Close releases what the servers did not: the Upgrader, activated fds no
+// address took, the watchdog, the signal handlers. It does not close the
+// listeners (their servers do).
+func (g *Generation) Close() error {
+	signal.Stop(g.stop)
+	if g.upgrade != nil {
+		signal.Stop(g.upgrade)
+	}
+	if g.wd != nil {
+		g.wd.Stop()
+	}
+	var err error
+	if g.u != nil {
+		err = g.u.Close()
+	}
+	if g.act != nil {
+		err = errors.Join(err, g.act.Close())
+	}
+	return err
+}
+
+// startSuccessor starts the next generation; it is reaped here if it exits
+// while we run (a failed start: we keep serving), or by systemd, whose child
+// it is when we run under systemd.
+func startSuccessor(successor func() *exec.Cmd, log *zap.Logger) error {
+	var cmd *exec.Cmd
+	if successor != nil {
+		cmd = successor()
+	} else {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		cmd = exec.Command(exe, os.Args[1:]...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	}
+	// Under systemd the successor is systemd's child (see
+	// systemd.StartSuccessor): systemd waits for it at the next stop.
+	sibling, err := systemd.StartSuccessor(cmd)
+	if err != nil {
+		return err
+	}
+	log.Info("successor started", zap.String("event", "zerodrop.successor"), zap.Int("pid", cmd.Process.Pid), zap.String("path", cmd.Path), zap.Bool("systemd_child", sibling))
+	if !sibling {
+		go cmd.Wait()
+	}
+	return nil
+}
+
+func signalsOr(s []os.Signal, def ...os.Signal) []os.Signal {
+	if len(s) > 0 {
+		return s
+	}
+	return def
+}

@@ -1,0 +1,110 @@
+package systemd
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+)
+
+// TestStartSuccessor: a process under systemd (NOTIFY_SOCKET set) starts its
+// successor as its parent's child, a sibling, keeping the command's own
+// SysProcAttr (Setpgid here); cmd.Wait then says ECHILD, the exit being the
+// parent's to reap. Without NOTIFY_SOCKET the successor is its child, as
+// cmd.Start makes it. The helper process plays the predecessor; this test is
+// its parent, systemd's place.
+func TestStartSuccessor(t *testing.T) {
+	netnstest.CheckLeaks(t)
+	for _, underSystemd := range []bool{true, false} {
+		t.Run(map[bool]string{true: "systemd", false: "plain"}[underSystemd], func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), "ZERODROP_TEST_HELPER=start-successor")
+			if underSystemd {
+				cmd.Env = append(cmd.Env, EnvNotifySocket+"=@zerodrop-test-unused")
+			}
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("helper: %v %s", err, out)
+			}
+			var helper, succ, ppid, pgid int
+			var sibling bool
+			var waitErr string
+			if _, err := fmt.Sscanf(string(out), "helper %d successor %d ppid %d pgid %d sibling %t wait %q", &helper, &succ, &ppid, &pgid, &sibling, &waitErr); err != nil {
+				t.Fatalf("helper said %q: %v", out, err)
+			}
+			if underSystemd {
+				// Ours to end and reap, by its pid.
+				syscall.Kill(succ, syscall.SIGKILL)
+				var ws syscall.WaitStatus
+				if _, err := syscall.Wait4(succ, &ws, 0, nil); err != nil {
+					t.Errorf("reaping the successor %d: %v", succ, err)
+				}
+			}
+			want := map[bool]int{true: os.Getpid(), false: helper}[underSystemd]
+			t.Logf("helper %d started %d: parent %d, group %d, sibling %v, Wait: %s", helper, succ, ppid, pgid, sibling, waitErr)
+			if ppid != want || sibling != underSystemd || pgid != succ {
+				t.Errorf("successor's parent %d (want %d), sibling %v (want %v), process group %d (want its own, %d)", ppid, want, sibling, underSystemd, pgid, succ)
+			}
+			if underSystemd && !strings.Contains(waitErr, "no child processes") {
+				t.Errorf("cmd.Wait on a sibling: %q, want ECHILD", waitErr)
+			}
+		})
+	}
+}
+
+// helperStartSuccessor starts "sleep 30" with StartSuccessor and Setpgid,
+// says what the kernel says of it, and, when it is its child, ends it.
+func helperStartSuccessor() {
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	sibling, err := StartSuccessor(cmd)
+	if err != nil {
+		fatal("start: %v", err)
+	}
+	pid := cmd.Process.Pid
+	ppid, pgid, err := parentAndGroup(pid)
+	if err != nil {
+		fatal("%v", err)
+	}
+	waitErr := "not waited"
+	if sibling {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			waitErr = fmt.Sprint(err)
+		case <-time.After(5 * time.Second):
+			waitErr = "Wait blocked"
+		}
+	} else {
+		cmd.Process.Kill()
+		waitErr = fmt.Sprint(cmd.Wait())
+	}
+	fmt.Printf("helper %d successor %d ppid %d pgid %d sibling %t wait %q\n", os.Getpid(), pid, ppid, pgid, sibling, waitErr)
+}
+
+// parentAndGroup reads a process's parent and process group from
+// /proc/PID/stat (the fields after the command's closing parenthesis).
+func parentAndGroup(pid int) (ppid, pgid int, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b)[i+1:]) // state, ppid, pgrp, ...
+	if i < 0 || len(f) < 3 {
+		return 0, 0, errors.New("unexpected " + string(b))
+	}
+	ppid, err = strconv.Atoi(f[1])
+	if err == nil {
+		pgid, err = strconv.Atoi(f[2])
+	}
+	return ppid, pgid, err
+}
