@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -17,7 +18,7 @@ import (
 type poolServer struct {
 	url   string
 	mu    sync.Mutex
-	conns int
+	conns *atomic.Int64
 	bad   []string
 }
 
@@ -36,13 +37,7 @@ func newPoolServer(t *testing.T, close bool) *poolServer {
 		w.Header().Set("X-Generation", "3")
 		io.WriteString(w, "ok\n")
 	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			ps.mu.Lock()
-			ps.conns++
-			ps.mu.Unlock()
-		}
-	}
+	ps.conns = countConns(srv)
 	srv.Start()
 	t.Cleanup(srv.Close)
 	ps.url = srv.URL + "/"
@@ -56,8 +51,8 @@ func (ps *poolServer) check(t *testing.T, conns int64) {
 	if len(ps.bad) > 0 {
 		t.Errorf("%d requests not a pool POST, first %q", len(ps.bad), ps.bad[0])
 	}
-	if int64(ps.conns) != conns {
-		t.Errorf("server accepted %d connections, the clients dialled %d", ps.conns, conns)
+	if ps.conns.Load() != conns {
+		t.Errorf("server accepted %d connections, the clients dialled %d", ps.conns.Load(), conns)
 	}
 }
 
@@ -114,4 +109,16 @@ func TestPoolConfigErrors(t *testing.T) {
 			t.Errorf("New(%+v): %v, want a load: error", cfg, err)
 		}
 	}
+}
+
+// countConns counts the connections srv accepts (its ConnState hook); set it
+// before srv starts.
+func countConns(srv *httptest.Server) *atomic.Int64 {
+	n := new(atomic.Int64)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			n.Add(1)
+		}
+	}
+	return n
 }

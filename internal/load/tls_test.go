@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -23,7 +23,7 @@ type tlsServer struct {
 	url     string
 	roots   *x509.CertPool
 	mu      sync.Mutex
-	conns   int
+	conns   *atomic.Int64
 	byProto map[string]int
 	plain   int // requests that did not come over TLS
 }
@@ -45,13 +45,7 @@ func newTLSServer(t *testing.T, close bool) *tlsServer {
 	}))
 	srv.EnableHTTP2 = true
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes failed on purpose
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			ts.mu.Lock()
-			ts.conns++
-			ts.mu.Unlock()
-		}
-	}
+	ts.conns = countConns(srv)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	ts.url = srv.URL + "/"
@@ -71,8 +65,8 @@ func (ts *tlsServer) check(t *testing.T, res *Result, proto string) {
 	if ts.plain != 0 || ts.byProto[proto] != int(res.Requests) || len(ts.byProto) != 1 {
 		t.Errorf("server saw %v (%d not over TLS), want %d requests over %s", ts.byProto, ts.plain, res.Requests, proto)
 	}
-	if int64(ts.conns) != res.Dials {
-		t.Errorf("server accepted %d connections, the clients dialled %d", ts.conns, res.Dials)
+	if ts.conns.Load() != res.Dials {
+		t.Errorf("server accepted %d connections, the clients dialled %d", ts.conns.Load(), res.Dials)
 	}
 }
 
@@ -152,7 +146,7 @@ func TestHTTP2(t *testing.T) {
 func TestHTTP2Retried(t *testing.T) {
 	ts := newTLSServer(t, true)
 	res := run(t, t.Context(), Config{URL: ts.url, TLS: ts.tls(), HTTP2: true, Concurrency: 16,
-		StreamsPerConn: 16, Requests: 400})
+		StreamsPerConn: 16, Requests: 400, Timeout: 10 * time.Second})
 	if res.Requests != 400 || res.Retried == 0 || res.Retried > res.Requests || res.Dials < 2 {
 		t.Errorf("requests %d failed %d retried %d dials %d errors %v; want 400 requests, some of them retried on new connections",
 			res.Requests, res.Failed, res.Retried, res.Dials, res.Errors)
