@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"runtime"
 	"strings"
 	"syscall"
@@ -180,44 +179,4 @@ func (p *pool) held() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.used
-}
-
-// TestAdmitEvictsUnstarted: the handoff server holds 64 conversations that
-// it admitted but whose goroutines have not yet begun to read a hello (on a
-// loaded machine, a connect flood accepted in a burst). A newcomer is
-// admitted in place of the one admitted first, which is told busy. Before,
-// only a conversation already blocked in its read could give way, so the
-// newcomer was refused busy: TestConnectFloodAbstract's successor failed so
-// under load ("64 conversations, none of them waiting for its hello").
-func TestAdmitEvictsUnstarted(t *testing.T) {
-	s := newServer(serverConfig{log: zap.NewNop()})
-	var cs []*conn
-	for range maxConversations + 1 {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		unix.Close(fds[1])
-		f := os.NewFile(uintptr(fds[0]), "pair")
-		nc, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := newConn(nc.(*net.UnixConn), time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		cs = append(cs, c)
-		time.Sleep(time.Millisecond) // distinct admission times
-	}
-	for i, c := range cs {
-		if err := s.admit(c); err != nil {
-			t.Fatalf("conversation %d of %d: %v", i+1, len(cs), err)
-		}
-	}
-	if cs[0].state.Load() != evicted || len(s.conns) != maxConversations {
-		t.Errorf("the first admitted is %d (want evicted), %d conversations held (want %d)", cs[0].state.Load(), len(s.conns), maxConversations)
-	}
 }

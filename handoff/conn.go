@@ -26,9 +26,8 @@ type conn struct {
 	// pool, if set, bounds what this conn's frames may buffer beyond
 	// frameQuota (the handoff server's conversations share one).
 	pool *pool
-	// waitingSince is when a read began to wait for bytes (unix ns), or
-	// when the server admitted the conversation, until its first read
-	// ends; 0 while bytes are there or nobody reads.
+	// waitingSince is when a read began to wait for bytes (unix ns), 0
+	// while bytes are there or nobody reads.
 	waitingSince atomic.Int64
 	state        atomic.Int32 // the server's: fresh, greeted or evicted
 	// version is the protocol version agreed in this conversation's hellos.

@@ -153,9 +153,6 @@ func (s *server) admit(c *conn) error {
 			v.c.SetReadDeadline(time.Now()) // ends its read: it says busy
 		}
 	}
-	// Waiting for its hello from now on, as far as eviction goes: on a
-	// loaded machine its goroutine may not read for a while yet.
-	c.waitingSince.CompareAndSwap(0, time.Now().UnixNano())
 	s.conns[c] = true
 	return nil
 }
