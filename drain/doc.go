@@ -167,8 +167,7 @@
 // never closed as an idle one is: that would cut a stream its client opened
 // meanwhile. It is told to go away in RFC 9113's two steps (section 6.8):
 // at the stop the drain writes a GOAWAY with the largest stream id, 2^31-1,
-// and a PING, ahead of the next frame net/http writes on it (or after 5 ms if
-// it writes none); the client stops opening streams; the PING's ack shows it
+// and a PING; the client stops opening streams; the PING's ack shows it
 // has seen the GOAWAY and that every stream it opened before is read. Only
 // then does net/http send its own GOAWAY (the next response's Connection:
 // close, or http.Server.Shutdown), whose last stream id now covers them all;
@@ -189,10 +188,16 @@
 // unchanged); for h2c it wraps the connection net/http passes. Hooks
 // (ConnState, ConnContext) still see the connection net/http accepted. A
 // server whose TLSNextProto lacks these entries (HTTP/2 turned off, or a map
-// of the user's own) keeps net/http's single GOAWAY. A client that reads its
-// GOAWAY while it still has streams queued to send refuses them itself
-// (nghttp2 does, and h2load counts them as failed): they never reached the
-// server, and no GOAWAY can prevent that; see BENCHMARKS.md.
+// of the user's own) keeps net/http's single GOAWAY.
+//
+// A client that reads a GOAWAY while it still has streams queued to send
+// refuses them itself (nghttp2 does, and h2load counts them as failed), and
+// a client keeping streams busy queues one as each response ends. So before
+// the first step the drain sends a PING alone, a probe, and holds net/http's
+// frames until its ack (at most 250 ms): the ack shows the client has read
+// every response written before and sent the streams they made it open, and
+// no response ends while the GOAWAY is on its way. The probe costs each
+// HTTP/2 connection one round trip of held writes at the stop.
 //
 // # WebSockets
 //

@@ -24,6 +24,14 @@ import (
 // stream it opened before is read. Only then may net/http send its own
 // GOAWAY, whose last stream id now covers them all.
 //
+// A client refuses, itself, the streams it has queued but not sent when it
+// reads a GOAWAY (nghttp2 does; h2load counts them as failed), and it queues
+// one whenever a response ends. So the first step is preceded by a probe: a
+// PING sent alone while net/http's frames are held back. Its ack shows the
+// client has read every response written before it and sent the streams
+// those made it open; nothing ends while the GOAWAY is on its way, so it
+// finds nothing queued.
+//
 // net/http has no API for this, but it serves an HTTP/2 connection through
 // Server.TLSNextProto, and its "unencrypted_http2" entry serves any net.Conn
 // whose preface has been read. The drain puts itself in that path: for ALPN
@@ -38,7 +46,9 @@ const (
 	nextProtoH2Clear = "unencrypted_http2" // net/http's key for a connection whose preface is read
 	h2Preface        = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 	h2PrefaceTimeout = 10 * time.Second // as net/http's HTTP/2 server
-	idleStep         = 5 * time.Millisecond
+	// probeWait bounds how long net/http's frames are held for the probe's
+	// ack; a client that does not answer in time gets the first step anyway.
+	probeWait = 250 * time.Millisecond
 
 	frameHeaderLen         = 9
 	framePing, frameGoAway = 6, 7
@@ -159,11 +169,12 @@ func (h handTo) UnencryptedNetConn() net.Conn { return h.Conn }
 // registers it with key's connInfo; if the drain has begun its first step,
 // the connection gets it at once.
 func (t *tracker) newH2Conn(c, key net.Conn, isTLS bool) *h2Conn {
-	g := &h2Conn{Conn: c, key: key, acked: make(chan struct{})}
+	g := &h2Conn{Conn: c, key: key, acked: make(chan struct{}), probeAck: make(chan struct{})}
 	if isTLS {
 		g.tls = c.(*tls.Conn)
 	}
 	rand.Read(g.token[:])
+	rand.Read(g.probe[:])
 	t.mu.Lock()
 	if ci := t.conns[key]; ci != nil {
 		ci.h2, ci.g = true, g
@@ -182,18 +193,22 @@ type h2Conn struct {
 	net.Conn          // the connection: a *tls.Conn past its preface, or plain past its preface
 	key      net.Conn // what net/http's hooks name it by
 	tls      *tls.Conn
-	token    [8]byte // the PING's payload
+	token    [8]byte // the first step's PING payload
+	probe    [8]byte // the probe's
 
 	wmu     sync.Mutex
 	out     frameCursor // what net/http has written
 	wrote   bool        // net/http's first frame (SETTINGS) is out
 	pending []byte      // the first step, to write at the next frame boundary
+	probed  bool        // the probe is written
 	sent    bool        // the first step is written, or moot (net/http's GOAWAY came first)
 
 	in        frameCursor // what the client sent (read by net/http's one reader)
 	pingAcked atomic.Bool
 	ackOnce   sync.Once
 	acked     chan struct{} // closed at the PING's ack, or when the wait is moot
+	probeOnce sync.Once
+	probeAck  chan struct{} // closed at the probe's ack, or when the connection ends
 }
 
 // tlsH2Conn is an h2Conn over TLS: net/http's HTTP/2 server reads its TLS
@@ -211,12 +226,8 @@ func (c *h2Conn) net() net.Conn {
 }
 
 // goAway sends the first step (GOAWAY with the largest stream id and a
-// PING), once: ahead of the next frame net/http writes, or after idleStep if
-// it writes none by then. Ahead of a response is the best moment: a client
-// waiting for it has sent what it had to send, while a connection idle on
-// our side may have a client busy reading responses and about to send more
-// streams, which a GOAWAY arriving first makes it refuse to itself (h2load
-// counts those as failed).
+// PING), once, after the probe: at once if net/http is between frames, else
+// at the end of the frame it is writing.
 func (c *h2Conn) goAway() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -224,7 +235,7 @@ func (c *h2Conn) goAway() {
 		return
 	}
 	c.pending = firstStep(c.token)
-	time.AfterFunc(idleStep, c.flushStep) // not under the caller: a client that does not read would block it
+	go c.flushStep() // not under the caller: a client that does not read would block it
 }
 
 // flushStep writes the pending first step if net/http is between frames.
@@ -234,16 +245,32 @@ func (c *h2Conn) flushStep() {
 	c.writeStepLocked()
 }
 
-// writeStepLocked writes the pending first step, with wmu held, if net/http
-// is between frames and has written its SETTINGS (a server's first frame).
+// writeStepLocked writes the probe and, once it is acked (or after
+// probeWait), the pending first step, with wmu held (net/http's frames wait),
+// if net/http is between frames and has written its SETTINGS (a server's
+// first frame).
 func (c *h2Conn) writeStepLocked() {
 	if c.pending == nil || !c.wrote || !c.out.between() {
 		return
 	}
+	if !c.probed {
+		c.probed = true
+		if _, err := c.Conn.Write(appendFrame(nil, framePing, 0, c.probe[:])); err != nil {
+			c.pending, c.sent = nil, true
+			c.done() // the connection is failing: net/http will see it too
+			return
+		}
+		t := time.NewTimer(probeWait)
+		select {
+		case <-c.probeAck:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	p := c.pending
 	c.pending, c.sent = nil, true
 	if _, err := c.Conn.Write(p); err != nil {
-		c.done() // the connection is failing: net/http will see it too
+		c.done()
 	}
 }
 
@@ -262,6 +289,9 @@ func appendFrame(b []byte, typ, flags byte, payload []byte) []byte {
 
 // done marks the first step over: acked, moot, or failed.
 func (c *h2Conn) done() { c.ackOnce.Do(func() { close(c.acked) }) }
+
+// probeDone ends the wait for the probe's ack.
+func (c *h2Conn) probeDone() { c.probeOnce.Do(func() { close(c.probeAck) }) }
 
 // isDone reports whether the first step is over.
 func (c *h2Conn) isDone() bool {
@@ -296,6 +326,7 @@ func (c *h2Conn) Write(p []byte) (int, error) {
 			return written, err
 		}
 	}
+	c.writeStepLocked() // between frames now: the first step need not wait for the next Write
 	return written, nil
 }
 
@@ -312,19 +343,29 @@ func (c *h2Conn) sawOut(typ, _ byte, _ []byte) {
 func (c *h2Conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.in.advance(p[:n], c.sawIn)
+	if err != nil {
+		c.probeDone() // no ack will come
+	}
 	return n, err
 }
 
 func (c *h2Conn) sawIn(typ, flags byte, payload []byte) {
-	if typ == framePing && flags&flagAck != 0 && string(payload) == string(c.token[:]) {
+	if typ != framePing || flags&flagAck == 0 {
+		return
+	}
+	switch string(payload) {
+	case string(c.probe[:]):
+		c.probeDone()
+	case string(c.token[:]):
 		c.pingAcked.Store(true)
 		c.done()
 	}
 }
 
-// Close closes the connection and ends the wait for an ack.
+// Close closes the connection and ends the waits for acks.
 func (c *h2Conn) Close() error {
 	c.done()
+	c.probeDone()
 	return c.Conn.Close()
 }
 
