@@ -204,20 +204,11 @@ func (u *unitBox) get() string {
 // containing s, and returns the journal.
 func (u *unitBox) waitJournal(s string) string {
 	u.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		j, err := u.Journal(u.ctx, service)
-		if err != nil {
-			u.t.Fatal(err)
-		}
-		if strings.Contains(j, s) {
-			return j
-		}
-		if time.Now().After(deadline) {
-			u.t.Fatalf("no %q in the journal of %s within 30 s:\n%s", s, service, j)
-		}
-		time.Sleep(100 * time.Millisecond)
+	j, err := u.WaitJournal(u.ctx, service, s, 30*time.Second)
+	if err != nil {
+		u.t.Fatalf("%v:\n%s", err, j)
 	}
+	return j
 }
 
 // waitFor polls cond every 50 ms for at most 60 s and fails with what.

@@ -67,8 +67,8 @@ func TestBoot(t *testing.T) {
 	if _, err := b.Systemctl(ctx, "start", "zerodrop-box-test.service"); err != nil {
 		t.Fatal(err)
 	}
-	if j, err := b.Journal(ctx, "zerodrop-box-test.service"); err != nil || !strings.Contains(j, "hello from the box\n") {
-		t.Errorf("journal of the test unit %q (%v), want its output", j, err)
+	if j, err := b.WaitJournal(ctx, "zerodrop-box-test.service", "hello from the box\n", 30*time.Second); err != nil {
+		t.Errorf("journal of the test unit %q: %v", j, err)
 	}
 	pid, cg := b.PID, b.cgroup
 

@@ -58,6 +58,29 @@ func (b *Box) Journal(ctx context.Context, unit string) (string, error) {
 	return string(out), err
 }
 
+// WaitJournal polls unit's journal every 100 ms until it has a line
+// containing s, and returns it; it fails when ctx ends or within has passed
+// without one. journald stores a message some time after the process wrote
+// it (later still on a loaded machine), so a test reads it this way.
+func (b *Box) WaitJournal(ctx context.Context, unit, s string, within time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		j, err := b.Journal(ctx, unit)
+		if err == nil && strings.Contains(j, s) {
+			return j, nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = ctx.Err()
+			}
+			return j, fmt.Errorf("sysdbox: no %q in the journal of %s within %v: %w", s, unit, within, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // Path is where the machine sees path of the box (through /proc/PID/root).
 func (b *Box) Path(path string) string {
 	return fmt.Sprintf("/proc/%d/root%s", b.PID, filepath.Clean("/"+path))
