@@ -23,7 +23,11 @@ type connInfo struct {
 	probed  bool      // its protocol was looked at
 	h2      bool      // HTTP/2 (ALPN h2, or h2c): never closed as idle
 	pending bool      // TLS, in StateNew when the listener stopped
-	g       *h2Conn   // HTTP/2 under the drain's two-step shutdown (goaway.go); set before its first request
+	// TLS (see tlsListener): when its ClientHello began to be read, and
+	// when the server answered it (UnixNano; 0 before). Set by its
+	// connection's goroutine, without mu.
+	hello, shook atomic.Int64
+	g            *h2Conn // HTTP/2 under the drain's two-step shutdown (goaway.go); set before its first request
 	// resumed: served by ServeConn, a keep-alive connection of another
 	// server (or handed back to us): idle, not new, while in StateNew.
 	resumed bool
@@ -76,6 +80,9 @@ func (t *tracker) connContext(ctx context.Context, c net.Conn) context.Context {
 		ci = &connInfo{remote: c.RemoteAddr().String(), since: time.Now(), state: http.StateNew}
 		ci.tls, _ = c.(*tls.Conn)
 		t.conns[c] = ci
+		if raw, ok := rawConn(c).(*tlsRaw); ok {
+			raw.ci = ci // before net/http's goroutine for c begins the handshake
+		}
 	}
 	t.mu.Unlock()
 	if t.userContext != nil {
@@ -113,12 +120,17 @@ func (t *tracker) connState(c net.Conn, s http.ConnState) {
 		}
 	}
 	t.mu.Unlock()
+	t.signal()
+	if t.userState != nil {
+		t.userState(c, s)
+	}
+}
+
+// signal wakes whoever waits for a change (wait, settleIdle).
+func (t *tracker) signal() {
 	select {
 	case t.changed <- struct{}{}:
 	default:
-	}
-	if t.userState != nil {
-		t.userState(c, s)
 	}
 }
 
@@ -164,36 +176,65 @@ func (t *tracker) begin() (active int) {
 	return active
 }
 
-// busy counts connections that still have a request to serve: in a request
-// (StateActive) or, when withNew, fresh (see connInfo.fresh).
-func (t *tracker) busy(withNew bool) int {
+// busy counts, at now, the connections that still have a request to
+// serve: in a request (StateActive), a TLS handshake the server is still
+// answering (ClientHello read, no answer written), or fresh (see
+// connInfo.fresh) within their grace, which ends grace after the later of
+// from and the server's answer to their ClientHello. It also returns
+// the earliest end of a grace still running (zero if none).
+func (t *tracker) busy(now, from time.Time, grace time.Duration) (n int, next time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := 0
 	for _, ci := range t.conns {
-		if ci.state == http.StateActive || (withNew && ci.fresh()) {
+		if ci.state == http.StateActive {
 			n++
+			continue
+		}
+		if !ci.fresh() {
+			continue
+		}
+		shook := ci.shook.Load()
+		if ci.hello.Load() != 0 && shook == 0 {
+			n++ // the server's to answer: its own slowness is no client's silence
+			continue
+		}
+		end := from
+		if shook != 0 && time.Unix(0, shook).After(end) {
+			end = time.Unix(0, shook)
+		}
+		if end = end.Add(grace); end.After(now) {
+			n++
+			if next.IsZero() || end.Before(next) {
+				next = end
+			}
 		}
 	}
-	return n
+	return n, next
 }
 
 // wait returns when no connection is busy, or when ctx ends. Connections
-// that have sent nothing count as busy for grace only.
+// that have sent nothing count as busy for grace only: grace from now, or,
+// for a TLS connection whose ClientHello the server is answering, from its
+// answer, however slow the server is.
 func (t *tracker) wait(ctx context.Context, grace time.Duration) error {
+	from := time.Now()
 	tm := time.NewTimer(grace)
 	defer tm.Stop()
-	withNew := true
-	for t.busy(withNew) > 0 {
+	for {
+		n, next := t.busy(time.Now(), from, grace)
+		if n == 0 {
+			return nil
+		}
+		if !next.IsZero() {
+			tm.Reset(time.Until(next))
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tm.C:
-			withNew = false
 		case <-t.changed:
 		}
 	}
-	return nil
 }
 
 // closeSilent closes the connections that never sent a request (a client's

@@ -159,8 +159,14 @@
 // goroutine, after Accept, so a connection accepted before the stop whose
 // handshake or first request comes later is the same trap as golang/go#65802,
 // and the drain treats it like a plain connection still to send its request:
-// served if it arrives within NewConnGrace. HTTPReport.TLSPending counts the
-// TLS connections in that state when the listener stopped and
+// served if it arrives within NewConnGrace. But a handshake whose ClientHello
+// the server has read is the server's to answer, and a slow server (a busy
+// CPU, a slow GetCertificate) is no silent client: such a connection waits
+// until the server has answered its ClientHello (bounded by the drain's
+// context), and its NewConnGrace runs from then. ServeTLS learns both
+// moments from the connections its listener hands crypto/tls: their first
+// read and the server's first write. HTTPReport.TLSPending counts the
+// TLS connections still without a request when the listener stopped and
 // TLSPendingServed those then served.
 //
 // An HTTP/2 connection (ALPN h2, or h2c when HTTP.Protocols enables it) is

@@ -2,8 +2,11 @@ package drain
 
 import (
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
+	"syscall"
+	"time"
 )
 
 // ServeTLS is Serve for HTTPS, like http.Server.ServeTLS: HTTP.TLSConfig is
@@ -14,13 +17,16 @@ import (
 //
 // The drain treats a TLS connection like a plain one: accepted before the
 // listener stopped, it is served whenever its handshake and first request
-// arrive within NewConnGrace (a handshake in progress at the stop completes);
+// arrive within NewConnGrace, counted from the end of the server's side of
+// a handshake in progress (which completes however long the server takes);
 // the report counts them (HTTPReport.TLSPending, TLSPendingServed). HTTP/2
 // connections are never closed as idle: each is told to go away in RFC
 // 9113's two steps (see "TLS and HTTP/2" in the package doc), and its streams
 // finish.
 func (s *Server) ServeTLS(l net.Listener, certFile, keyFile string) error {
-	return s.serve(l, func(dl net.Listener) error { return s.HTTP.ServeTLS(dl, certFile, keyFile) })
+	return s.serve(l, func(dl net.Listener) error {
+		return s.HTTP.ServeTLS(tlsListener{dl, s.t}, certFile, keyFile)
+	})
 }
 
 // negotiatedH2 reports whether c is a TLS connection that chose HTTP/2 by
@@ -88,4 +94,55 @@ func (t *tracker) pendingServedCount() int {
 // would say last stream 0 and refuse the request it is about to send.
 func (ci *connInfo) fresh() bool {
 	return (ci.state == http.StateNew && !ci.resumed) || (ci.h2 && ci.served == 0 && ci.state == http.StateIdle)
+}
+
+// tlsListener is the listener ServeTLS hands net/http: each connection it
+// accepts notes, for the tracker, the handshake's first read (the
+// ClientHello) and the server's first write (its answer: the costly part of
+// the handshake, the signature, is done), so that a handshake the server is
+// slow to answer is not taken for a silent client (see tracker.busy).
+type tlsListener struct {
+	net.Listener
+	t *tracker
+}
+
+func (l tlsListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &tlsRaw{Conn: c, t: l.t}, nil
+}
+
+// tlsRaw is a connection under TLS, as crypto/tls reads and writes it.
+type tlsRaw struct {
+	net.Conn
+	t  *tracker
+	ci *connInfo // set by ConnContext, before the handshake
+}
+
+func (c *tlsRaw) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.ci != nil && c.ci.hello.Load() == 0 {
+		c.ci.hello.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (c *tlsRaw) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if c.ci != nil && c.ci.shook.Load() == 0 {
+		c.ci.shook.Store(time.Now().UnixNano())
+		c.t.signal()
+	}
+	return n, err
+}
+
+// SyscallConn is the connection's own (the drain reads TCP_INFO through it).
+func (c *tlsRaw) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
 }

@@ -1,0 +1,99 @@
+package drain_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+)
+
+// TestSlowHandshakeAtStop: 10 clients have sent their ClientHello when the
+// listener stops, and the server takes 300 ms to answer each (a slow
+// GetCertificate here; an overloaded server the same), longer than
+// NewConnGrace (50 ms). Their handshakes complete and their requests are
+// served: a connection whose ClientHello the server is answering waits for
+// the answer, and its grace runs from then, not from the stop. Before, the
+// drain closed all 10 as silent at 50 ms, mid-handshake.
+func TestSlowHandshakeAtStop(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		cert := netnstest.NewCert(t)
+		const n = 10
+		hellos := make(chan struct{}, n)
+		tl := listenTCP(t, "127.0.0.1:0")
+		hs := &http.Server{Handler: named("A"), TLSConfig: &tls.Config{
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				hellos <- struct{}{}
+				time.Sleep(300 * time.Millisecond)
+				return &cert.TLS, nil
+			},
+		}}
+		ds := &drain.Server{HTTP: hs, NewConnGrace: 50 * time.Millisecond}
+		wait := serve(t, func() error { return ds.ServeTLS(tl, "", "") })
+
+		answers := make(chan string, n)
+		for range n {
+			c := dial(t, tl.Addr().String())
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			go func() { answers <- getTLS(c, cert.Client("http/1.1")) }()
+		}
+		for range n {
+			<-hellos // every ClientHello is being answered
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		rep, err := ds.Shutdown(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		wait()
+		ok := 0
+		for range n {
+			if a := strings.TrimSpace(<-answers); a == "A" {
+				ok++
+			} else {
+				t.Log(a)
+			}
+		}
+		t.Logf("%d/%d answered; report: TLS pending %d, served %d, silent closed %d", ok, n, rep.HTTP.TLSPending, rep.HTTP.TLSPendingServed, rep.HTTP.SilentClosed)
+		if ok != n || rep.HTTP.SilentClosed != 0 || rep.HTTP.TLSPendingServed != n {
+			t.Errorf("%d/%d answered, %d closed as silent, %d pending served; want all %d answered, none closed", ok, n, rep.HTTP.SilentClosed, rep.HTTP.TLSPendingServed, n)
+		}
+	})
+}
+
+// getTLS completes a TLS handshake on c, sends one GET and returns the body
+// (or what failed).
+func getTLS(c net.Conn, cfg *tls.Config) string {
+	tc := tls.Client(c, cfg)
+	defer tc.Close()
+	if err := tc.Handshake(); err != nil {
+		return "handshake: " + err.Error()
+	}
+	return getOn(tc)
+}
+
+// getOn sends one GET on c and returns the body (or what failed).
+func getOn(c net.Conn) string {
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return "write: " + err.Error()
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return "read: " + err.Error()
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return "body: " + err.Error()
+	}
+	return string(b)
+}
