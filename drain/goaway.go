@@ -21,8 +21,9 @@ import (
 // loses it. So the drain sends the first step itself: GOAWAY with the largest
 // stream id (the client stops opening streams and loses none) and a PING; the
 // PING's ack, read back, shows the client has seen the GOAWAY and every
-// stream it opened before is read. Only then may net/http send its own
-// GOAWAY, whose last stream id now covers them all.
+// stream it opened before is read. Only then, once the client has opened no
+// stream for settleQuiet, may net/http send its own GOAWAY, whose last stream
+// id now covers them all.
 //
 // A client refuses, itself, the streams it has queued but not sent when it
 // reads a GOAWAY (nghttp2 does; h2load counts them as failed), and it queues
@@ -49,8 +50,15 @@ const (
 	// probeWait bounds how long net/http's frames are held for the probe's
 	// ack; a client that does not answer in time gets the first step anyway.
 	probeWait = 250 * time.Millisecond
+	// After the first step's ack, net/http may name the last stream once the
+	// client has opened none for settleQuiet (at most settleMax after the
+	// ack): Go's Transport can write one stream after its ack (one that took
+	// its id before it read the GOAWAY).
+	settleQuiet = 50 * time.Millisecond
+	settleMax   = 250 * time.Millisecond
 
 	frameHeaderLen         = 9
+	frameHeaders           = 1
 	framePing, frameGoAway = 6, 7
 	flagAck                = 1
 	maxStreamID            = 1<<31 - 1
@@ -203,10 +211,11 @@ type h2Conn struct {
 	probed  bool        // the probe is written
 	sent    bool        // the first step is written, or moot (net/http's GOAWAY came first)
 
-	in        frameCursor // what the client sent (read by net/http's one reader)
+	in        frameCursor  // what the client sent (read by net/http's one reader)
+	opened    atomic.Int64 // UnixNano of the client's last HEADERS
 	pingAcked atomic.Bool
 	ackOnce   sync.Once
-	acked     chan struct{} // closed at the PING's ack, or when the wait is moot
+	acked     chan struct{} // closed once the PING's ack has settled, or when the wait is moot
 	probeOnce sync.Once
 	probeAck  chan struct{} // closed at the probe's ack, or when the connection ends
 }
@@ -350,6 +359,9 @@ func (c *h2Conn) Read(p []byte) (int, error) {
 }
 
 func (c *h2Conn) sawIn(typ, flags byte, payload []byte) {
+	if typ == frameHeaders {
+		c.opened.Store(time.Now().UnixNano())
+	}
 	if typ != framePing || flags&flagAck == 0 {
 		return
 	}
@@ -357,9 +369,30 @@ func (c *h2Conn) sawIn(typ, flags byte, payload []byte) {
 	case string(c.probe[:]):
 		c.probeDone()
 	case string(c.token[:]):
-		c.pingAcked.Store(true)
-		c.done()
+		if !c.pingAcked.Swap(true) {
+			c.settle(time.Now())
+		}
 	}
+}
+
+// settle ends the first step once the client, having acked it at ack, has
+// opened no stream for settleQuiet, or at ack+settleMax.
+func (c *h2Conn) settle(ack time.Time) {
+	var check func()
+	check = func() {
+		quiet := ack
+		if o := time.Unix(0, c.opened.Load()); o.After(quiet) {
+			quiet = o
+		}
+		now := time.Now()
+		left := settleQuiet - now.Sub(quiet)
+		if left <= 0 || now.Sub(ack) >= settleMax {
+			c.done()
+			return
+		}
+		time.AfterFunc(min(left, settleMax-now.Sub(ack)), check)
+	}
+	time.AfterFunc(settleQuiet, check)
 }
 
 // Close closes the connection and ends the waits for acks.

@@ -312,3 +312,78 @@ func TestH2loadAtGoAway(t *testing.T) {
 		}
 	})
 }
+
+// TestHTTP2StreamAfterAck: Go's http.Transport can write one stream after
+// it has acked the first step's PING: a request that took its stream id
+// before the Transport read the GOAWAY writes its HEADERS once it holds the
+// connection's write lock, which the PING's ack may take first. A client
+// opening a stream with its ack and another 2 ms later, 10 drains over h2c,
+// gets both answered: the drain lets net/http name the last stream only once the
+// client has opened none for a while after the ack. Before, net/http's
+// GOAWAY followed the ack at once, its last stream id below the late one,
+// which net/http ignored (Go's Transport fails such a request when it cannot
+// replay its body: "cannot retry ... after Request.Body was written").
+func TestHTTP2StreamAfterAck(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		late := 0
+		for round := range 10 {
+			tl := listenTCP(t, "127.0.0.1:0")
+			hs := &http.Server{Handler: named("A"), Protocols: new(http.Protocols)}
+			hs.Protocols.SetHTTP1(true)
+			hs.Protocols.SetUnencryptedHTTP2(true)
+			ds := &drain.Server{HTTP: hs}
+			wait := serve(t, func() error { return ds.Serve(tl) })
+			c := dial(t, tl.Addr().String())
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			h := &h2Client{c: c}
+			if err := h.get(1, false); err != nil {
+				t.Fatal(err)
+			}
+			shut := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				_, err := ds.Shutdown(ctx)
+				shut <- err
+			}()
+			var goAways []uint32
+			answered, sent := false, false
+			for {
+				f, err := h.read() // acks every PING
+				if err != nil {
+					break
+				}
+				switch {
+				case f.typ == h2GoAway:
+					goAways = append(goAways, binary.BigEndian.Uint32(f.payload)&(1<<31-1))
+				case f.typ == h2Ping && f.flags&h2Ack == 0 && len(goAways) == 1 && !sent:
+					// The first step's PING, acked by read. A stream right
+					// after the ack (its response is the first to say
+					// Connection: close, which makes net/http send its
+					// GOAWAY), then the late one.
+					sent = true
+					if err := h.open(3, false); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(2 * time.Millisecond)
+					if err := h.open(5, false); err != nil {
+						t.Fatal(err)
+					}
+				case f.stream == 5 && (f.typ == h2Data || f.typ == h2Headers) && f.flags&h2EndStream != 0:
+					answered = true
+				}
+			}
+			c.Close()
+			if err := <-shut; err != nil {
+				t.Errorf("round %d: shutdown: %v", round, err)
+			}
+			wait()
+			if !sent || !answered {
+				late++
+				t.Errorf("round %d: the stream opened 2 ms after the ack: sent %v, answered %v; GOAWAY last stream ids %v", round, sent, answered, goAways)
+			}
+		}
+		t.Logf("10 drains: %d late streams not answered", late)
+	})
+}
