@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,15 +55,22 @@ type rawConn struct {
 }
 
 func newRawClient(c Config, u *url.URL) *rawClient {
-	req := "GET " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host + "\r\nUser-Agent: zerodrop-load\r\n"
+	method, body := http.MethodGet, ""
+	if c.Post {
+		method, body = http.MethodPost, postBody
+	}
+	req := method + " " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host + "\r\nUser-Agent: zerodrop-load\r\n"
 	if !c.KeepAlive {
 		req += "Connection: close\r\n"
+	}
+	if c.Post {
+		req += "Content-Type: text/plain\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n"
 	}
 	return &rawClient{
 		dial:   c.Dial,
 		tls:    c.TLS,
 		addr:   u.Host,
-		req:    []byte(req + "\r\n"),
+		req:    []byte(req + "\r\n" + body),
 		header: c.Header,
 		keep:   c.KeepAlive,
 		idle:   make(chan *rawConn, c.Concurrency),
@@ -174,7 +183,7 @@ func (c *rawClient) close() {
 // which retries some failures on reused connections.
 type httpClient struct {
 	tr      *http.Transport
-	req     *http.Request
+	reqs    requests
 	header  string
 	retried *atomic.Int64
 }
@@ -183,7 +192,7 @@ func newHTTPClient(c Config, u *url.URL, retried *atomic.Int64) *httpClient {
 	tr := newTransport(c, false)
 	tr.DisableKeepAlives = !c.KeepAlive
 	tr.MaxIdleConnsPerHost = c.Concurrency
-	return &httpClient{tr: tr, req: getRequest(u), header: c.Header, retried: retried}
+	return &httpClient{tr: tr, reqs: newRequests(c, u), header: c.Header, retried: retried}
 }
 
 // newTransport returns a Transport for c that speaks HTTP/1.1 only, or
@@ -200,35 +209,73 @@ func newTransport(c Config, h2 bool) *http.Transport {
 	}
 }
 
-// getRequest is the GET request for u that the Transport-based clients
-// send.
-func getRequest(u *url.URL) *http.Request {
-	return &http.Request{Method: http.MethodGet, URL: u, Host: u.Host, Header: http.Header{
-		"User-Agent": {"zerodrop-load"},
-	}}
+// postBody is the body of every request with Config.Post.
+const postBody = "zerodrop-load\n"
+
+// requests makes the requests of the Transport-based clients: GETs, or
+// with Config.Post POSTs of postBody that net/http cannot replay.
+type requests struct {
+	u    *url.URL
+	get  *http.Request // nil with post
+	post bool
 }
 
+func newRequests(c Config, u *url.URL) requests {
+	if c.Post {
+		return requests{u: u, post: true}
+	}
+	return requests{u: u, get: &http.Request{Method: http.MethodGet, URL: u, Host: u.Host, Header: http.Header{
+		"User-Agent": {"zerodrop-load"},
+	}}}
+}
+
+// request returns the request of one call within ctx. A POST's body is
+// read as it is sent, so each call gets a request of its own.
+func (r requests) request(ctx context.Context) *http.Request {
+	if r.post {
+		return postRequest(ctx, r.u, unreplayable(postBody), len(postBody))
+	}
+	return r.get.WithContext(ctx)
+}
+
+// postRequest returns a POST to u within ctx of body, n bytes long, with a
+// nil GetBody, so that net/http cannot replay it once it has used the body
+// (Config.Post).
+func postRequest(ctx context.Context, u *url.URL, body io.Reader, n int) *http.Request {
+	return (&http.Request{
+		Method: http.MethodPost, URL: u, Host: u.Host,
+		Header: http.Header{"User-Agent": {"zerodrop-load"}, "Content-Type": {"text/plain"}},
+		Body:   io.NopCloser(body), ContentLength: int64(n),
+	}).WithContext(ctx)
+}
+
+// unreplayable returns a reader of s that is not a *strings.Reader,
+// *bytes.Reader or *bytes.Buffer, the readers http.NewRequest makes a
+// GetBody for, as a body streamed from a file or a pipe would be. net/http
+// also writes it after the headers, not with them.
+func unreplayable(s string) io.Reader { return struct{ io.Reader }{strings.NewReader(s)} }
+
 func (c *httpClient) do(ctx context.Context) (string, error) {
-	return roundTrip(c.tr, c.req.WithContext(ctx), c.header, c.retried)
+	return roundTrip(c.tr, c.reqs.request(ctx), c.header, c.retried)
 }
 
 func (c *httpClient) close() { c.tr.CloseIdleConnections() }
 
-// h2Client sends GET requests over HTTP/2 through net/http's Transports:
+// h2Client sends requests over HTTP/2 through net/http's Transports:
 // Config.StreamsPerConn workers' worth of requests share each Transport,
 // which holds one connection, so that many streams run on few
 // connections. Requests go to the Transports in turn.
 type h2Client struct {
 	trs     []*http.Transport
 	next    atomic.Uint64
-	req     *http.Request
+	reqs    requests
 	header  string
 	retried *atomic.Int64
 }
 
 func newH2Client(c Config, u *url.URL, retried *atomic.Int64) *h2Client {
 	n := (c.Concurrency + c.StreamsPerConn - 1) / c.StreamsPerConn
-	h := &h2Client{trs: make([]*http.Transport, n), req: getRequest(u), header: c.Header, retried: retried}
+	h := &h2Client{trs: make([]*http.Transport, n), reqs: newRequests(c, u), header: c.Header, retried: retried}
 	for i := range h.trs {
 		tr := newTransport(c, true)
 		// For HTTP/2 this bounds the dials in progress: the requests
@@ -241,7 +288,7 @@ func newH2Client(c Config, u *url.URL, retried *atomic.Int64) *h2Client {
 
 func (c *h2Client) do(ctx context.Context) (string, error) {
 	tr := c.trs[(c.next.Add(1)-1)%uint64(len(c.trs))]
-	return roundTrip(tr, c.req.WithContext(ctx), c.header, c.retried)
+	return roundTrip(tr, c.reqs.request(ctx), c.header, c.retried)
 }
 
 func (c *h2Client) close() {

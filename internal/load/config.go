@@ -25,7 +25,7 @@ type Config struct {
 	// URL, it is an error.
 	TLS *tls.Config
 
-	// HTTP2 sends the GET requests over HTTP/2, which needs an https URL:
+	// HTTP2 sends the requests over HTTP/2, which needs an https URL:
 	// net/http's Transport speaking HTTP/2 only, StreamsPerConn workers
 	// sharing each Transport and so its one connection, many streams on
 	// few connections. A request fails as the Transport returns it; those
@@ -33,6 +33,24 @@ type Config struct {
 	// another connection) are counted in Result.Retried. KeepAlive and
 	// Transport do not apply; Pool must not be set.
 	HTTP2 bool
+
+	// Post makes every request a POST of a small body (a few bytes, with its
+	// Content-Length) instead of a GET, one net/http's Transport cannot
+	// replay: GetBody is nil and the Body is a plain io.Reader, as a body
+	// streamed from a file or a pipe is (http.NewRequest sets GetBody only
+	// for a *bytes.Buffer, *bytes.Reader or *strings.Reader). Over HTTP/1.1
+	// the Transport then never sends it twice. With HTTP2 a request fails,
+	// class Other, where a GET would count in Result.Retried: its stream
+	// refused or left above a GOAWAY's last stream id ("http2: Transport:
+	// cannot retry err [...] after Request.Body was written"), or its
+	// connection found gone away (a GOAWAY received) after the request
+	// chose it but before its stream opened, nothing of it sent ("net/http:
+	// cannot rewind body after connection loss": net/http closed the body
+	// and cannot get it again); it is sent again only when the Transport
+	// has another connection at hand at once. The hand-written client,
+	// which never retries, writes the same POST. A pool (Pool) always
+	// POSTs.
+	Post bool
 
 	// StreamsPerConn is, with HTTP2, how many workers share one Transport
 	// (default 8): Concurrency / StreamsPerConn connections, rounded up,

@@ -1,6 +1,6 @@
 // Package load is the load client of the zerodrop benchmarks: it sends HTTP/1.1
-// (or HTTP/2) GET requests to one server, over TCP or TLS, classifies every
-// outcome, and records every latency on a timeline that callers mark with
+// (or HTTP/2) GET requests (or POSTs, with Config.Post) to one server, over
+// TCP or TLS, classifies every outcome, and records every latency on a timeline that callers mark with
 // their own events (restarts).
 //
 // # How it works
@@ -39,6 +39,13 @@
 // left above a GOAWAY's last stream id on another connection; such a request
 // counts once, as its last try ended, and Result.Retried counts the requests
 // sent more than once (seen with net/http/httptrace's GotConn).
+//
+// Config.Post makes every request a POST of a small body that the Transport
+// cannot replay (GetBody nil, the body a plain io.Reader, as one streamed
+// from a file is): over HTTP/2 a stream refused or left above a GOAWAY's
+// last stream id fails, and so does a request that chose a connection just
+// before its GOAWAY arrived. That is what a server's GOAWAY costs a client
+// whose requests carry bodies.
 //
 // # Outcomes
 //

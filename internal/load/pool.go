@@ -3,7 +3,6 @@ package load
 import (
 	"bytes"
 	"context"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -50,14 +49,10 @@ func newPool(c Config, u *url.URL, retried *atomic.Int64) *pool {
 // member is used by one goroutine at a time.
 func (m *member) do(ctx context.Context) (string, error) {
 	m.n++
+	// GetBody nil: the Transport cannot replay the request, so it never
+	// retries it on another connection.
 	body := []byte("zerodrop-load pool client " + m.id + " request " + strconv.Itoa(m.n) + "\n")
-	req := (&http.Request{
-		Method: http.MethodPost, URL: m.u, Host: m.u.Host,
-		Header: http.Header{"User-Agent": {"zerodrop-load"}, "Content-Type": {"text/plain"}},
-		// GetBody nil: the Transport cannot replay the request, so it
-		// never retries it on another connection.
-		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)),
-	}).WithContext(ctx)
+	req := postRequest(ctx, m.u, bytes.NewReader(body), len(body))
 	return roundTrip(m.tr, req, m.header, m.p.retried)
 }
 

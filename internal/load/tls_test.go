@@ -16,25 +16,33 @@ import (
 )
 
 // tlsServer is a local HTTPS server (HTTP/2 offered by ALPN) that counts
-// the connections it accepted and the requests it served by protocol; with
-// close set, every response carries Connection: close (over HTTP/2: a
-// GOAWAY after it).
+// the connections it accepted and the requests it served by protocol and
+// method, and notes every body that is not a GET's (none), Config.Post's
+// or a pool's; with close set, every response carries Connection: close
+// (over HTTP/2: a GOAWAY after it).
 type tlsServer struct {
 	url     string
 	roots   *x509.CertPool
 	mu      sync.Mutex
 	conns   *atomic.Int64
-	byProto map[string]int
-	plain   int // requests that did not come over TLS
+	byProto map[string]int // "HTTP/2.0 POST": requests
+	plain   int            // requests that did not come over TLS
+	bad     []string       // method and body of the requests with an unexpected body
 }
 
 func newTLSServer(t *testing.T, close bool) *tlsServer {
 	ts := &tlsServer{byProto: map[string]int{}}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
 		ts.mu.Lock()
-		ts.byProto[r.Proto]++
+		ts.byProto[r.Proto+" "+r.Method]++
 		if r.TLS == nil {
 			ts.plain++
+		}
+		want := r.Method == http.MethodGet && len(b) == 0 ||
+			r.Method == http.MethodPost && (string(b) == postBody || strings.HasPrefix(string(b), "zerodrop-load pool client "))
+		if err != nil || !want {
+			ts.bad = append(ts.bad, fmt.Sprintf("%s %q %v", r.Method, b, err))
 		}
 		ts.mu.Unlock()
 		if close {
@@ -56,38 +64,53 @@ func newTLSServer(t *testing.T, close bool) *tlsServer {
 
 func (ts *tlsServer) tls() *tls.Config { return &tls.Config{RootCAs: ts.roots} }
 
-// check: every request came over TLS in proto, and the server accepted as
-// many connections as the clients dialled.
-func (ts *tlsServer) check(t *testing.T, res *Result, proto string) {
+// check: every request that did not fail came over TLS as want ("HTTP/2.0
+// POST"), with the body its method sends, and the server accepted as many
+// connections as the clients dialled.
+func (ts *tlsServer) check(t *testing.T, res *Result, want string) {
 	t.Helper()
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if ts.plain != 0 || ts.byProto[proto] != int(res.Requests) || len(ts.byProto) != 1 {
-		t.Errorf("server saw %v (%d not over TLS), want %d requests over %s", ts.byProto, ts.plain, res.Requests, proto)
+	served := res.Requests - res.Failed
+	if ts.plain != 0 || ts.byProto[want] != int(served) || len(ts.byProto) != 1 {
+		t.Errorf("server saw %v (%d not over TLS), want %d requests %s", ts.byProto, ts.plain, served, want)
+	}
+	if len(ts.bad) > 0 {
+		t.Errorf("%d requests with an unexpected body, first %s", len(ts.bad), ts.bad[0])
 	}
 	if ts.conns.Load() != res.Dials {
 		t.Errorf("server accepted %d connections, the clients dialled %d", ts.conns.Load(), res.Dials)
 	}
 }
 
+// method is the request method of a run with Config.Post set to post.
+func method(post bool) string {
+	if post {
+		return http.MethodPost
+	}
+	return http.MethodGet
+}
+
 // Every HTTP/1.1 mode speaks TLS with an https URL: the hand-written
 // client (a handshake per connection) and net/http's Transport, new
-// connection per request or kept alive, and the pool.
+// connection per request or kept alive, GETs or POSTs, and the pool.
 func TestTLS(t *testing.T) {
 	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			ts := newTLSServer(t, false)
-			res := run(t, t.Context(), Config{URL: ts.url, TLS: ts.tls(), Concurrency: 4, Requests: 40,
-				Transport: m.transport, KeepAlive: m.keepAlive, Header: "X-Generation"})
-			if res.Requests != 40 || res.Failed != 0 || res.Headers["5"] != 40 {
-				t.Fatalf("requests %d failed %d headers %v errors %v; want 40 ok from generation 5",
-					res.Requests, res.Failed, res.Headers, res.Errors)
-			}
-			if !m.keepAlive && res.Dials != 40 || m.keepAlive && !m.transport && res.Dials > 4 {
-				t.Errorf("%d dials for 40 requests by 4 workers, keep-alive %v", res.Dials, m.keepAlive)
-			}
-			ts.check(t, res, "HTTP/1.1")
-		})
+		for _, post := range []bool{false, true} {
+			t.Run(m.name+"-"+method(post), func(t *testing.T) {
+				ts := newTLSServer(t, false)
+				res := run(t, t.Context(), Config{URL: ts.url, TLS: ts.tls(), Concurrency: 4, Requests: 40,
+					Transport: m.transport, KeepAlive: m.keepAlive, Post: post, Header: "X-Generation"})
+				if res.Requests != 40 || res.Failed != 0 || res.Headers["5"] != 40 {
+					t.Fatalf("requests %d failed %d headers %v errors %v; want 40 ok from generation 5",
+						res.Requests, res.Failed, res.Headers, res.Errors)
+				}
+				if !m.keepAlive && res.Dials != 40 || m.keepAlive && !m.transport && res.Dials > 4 {
+					t.Errorf("%d dials for 40 requests by 4 workers, keep-alive %v", res.Dials, m.keepAlive)
+				}
+				ts.check(t, res, "HTTP/1.1 "+method(post))
+			})
+		}
 	}
 	t.Run("pool", func(t *testing.T) {
 		ts := newTLSServer(t, false)
@@ -98,7 +121,7 @@ func TestTLS(t *testing.T) {
 			t.Errorf("requests %d failed %d dials %d errors %v; want 40 ok on 4 connections",
 				res.Requests, res.Failed, res.Dials, res.Errors)
 		}
-		ts.check(t, res, "HTTP/1.1")
+		ts.check(t, res, "HTTP/1.1 POST")
 	})
 }
 
@@ -123,20 +146,24 @@ func TestTLSHandshakeFails(t *testing.T) {
 }
 
 // HTTP/2: StreamsPerConn workers share each connection, every request is
-// an HTTP/2 stream.
+// an HTTP/2 stream, GET or POST.
 func TestHTTP2(t *testing.T) {
-	ts := newTLSServer(t, false)
-	res := run(t, t.Context(), Config{URL: ts.url, TLS: ts.tls(), HTTP2: true, Concurrency: 32, Requests: 640,
-		Header: "X-Generation"})
-	if res.Requests != 640 || res.Failed != 0 || res.Headers["5"] != 640 || res.Retried != 0 {
-		t.Fatalf("requests %d failed %d retried %d headers %v errors %v; want 640 ok from generation 5",
-			res.Requests, res.Failed, res.Retried, res.Headers, res.Errors)
+	for _, post := range []bool{false, true} {
+		t.Run(method(post), func(t *testing.T) {
+			ts := newTLSServer(t, false)
+			res := run(t, t.Context(), Config{URL: ts.url, TLS: ts.tls(), HTTP2: true, Concurrency: 32, Requests: 640,
+				Post: post, Header: "X-Generation"})
+			if res.Requests != 640 || res.Failed != 0 || res.Headers["5"] != 640 || res.Retried != 0 {
+				t.Fatalf("requests %d failed %d retried %d headers %v errors %v; want 640 ok from generation 5",
+					res.Requests, res.Failed, res.Retried, res.Headers, res.Errors)
+			}
+			// 32 workers, 8 per Transport: 4 connections.
+			if res.Dials != 4 {
+				t.Errorf("%d dials by 32 workers sharing connections 8 by 8, want 4", res.Dials)
+			}
+			ts.check(t, res, "HTTP/2.0 "+method(post))
+		})
 	}
-	// 32 workers, 8 per Transport: 4 connections.
-	if res.Dials != 4 {
-		t.Errorf("%d dials by 32 workers sharing connections 8 by 8, want 4", res.Dials)
-	}
-	ts.check(t, res, "HTTP/2.0")
 }
 
 // A server that sends a GOAWAY after every response: the streams the
@@ -152,7 +179,62 @@ func TestHTTP2Retried(t *testing.T) {
 			res.Requests, res.Failed, res.Retried, res.Dials, res.Errors)
 	}
 	t.Logf("requests %d, failed %d (%v), retried %d, dials %d", res.Requests, res.Failed, res.FailedByClass, res.Retried, res.Dials)
-	ts.check(t, res, "HTTP/2.0")
+	ts.check(t, res, "HTTP/2.0 GET")
+}
+
+// The same server with POSTs the Transport cannot replay: the streams above
+// a GOAWAY's last stream id, which the server never handled, fail instead
+// of being sent again.
+func TestHTTP2PostNotRetried(t *testing.T) {
+	ts := newTLSServer(t, true)
+	res := run(t, t.Context(), Config{URL: ts.url, TLS: ts.tls(), HTTP2: true, Post: true, Concurrency: 16,
+		StreamsPerConn: 16, Requests: 400, Timeout: 10 * time.Second})
+	t.Logf("requests %d, failed %d (%v), retried %d, dials %d, errors %v", res.Requests, res.Failed,
+		res.FailedByClass, res.Retried, res.Dials, res.Errors)
+	if res.Requests != 400 || res.Failed == 0 || res.FailedByClass[Other] != res.Failed || res.Dials < 2 {
+		t.Errorf("requests %d failed %d by class %v dials %d; want 400 requests, some of them failed (other)",
+			res.Requests, res.Failed, res.FailedByClass, res.Dials)
+	}
+	// net/http says so in one of two ways: the stream was above the
+	// GOAWAY's last stream id, or the request found its connection gone
+	// away before its stream opened (net/http closed the body then).
+	if e := res.Errors[Other]; !strings.Contains(e, "cannot retry err [http2: Transport received Server's graceful shutdown GOAWAY]") &&
+		e != "net/http: cannot rewind body after connection loss" {
+		t.Errorf("error %q: want net/http's cannot retry ... GOAWAY, or cannot rewind body", e)
+	}
+	// Each failed stream is one the server never handled.
+	ts.check(t, res, "HTTP/2.0 POST")
+}
+
+// Config.Post's requests cannot be replayed: the body is a reader for which
+// http.NewRequest sets no GetBody (it does for a *strings.Reader), and the
+// requests the Transport-based clients send have none.
+func TestPostUnreplayable(t *testing.T) {
+	for _, tc := range []struct {
+		body    io.Reader
+		getBody bool
+	}{{strings.NewReader(postBody), true}, {unreplayable(postBody), false}} {
+		req, err := http.NewRequest(http.MethodPost, "https://127.0.0.1/", tc.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (req.GetBody != nil) != tc.getBody {
+			t.Errorf("http.NewRequest with a %T: GetBody set %v, want %v", tc.body, req.GetBody != nil, tc.getBody)
+		}
+	}
+	_, u, err := Config{URL: "https://127.0.0.1/p", HTTP2: true, Post: true}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		req := newRequests(Config{Post: true}, u).request(t.Context())
+		b, err := io.ReadAll(req.Body)
+		if req.Method != http.MethodPost || req.GetBody != nil || req.ContentLength != int64(len(postBody)) ||
+			err != nil || string(b) != postBody {
+			t.Errorf("request: %s GetBody set %v, length %d, body %q (%v); want a POST of %q, no GetBody",
+				req.Method, req.GetBody != nil, req.ContentLength, b, err, postBody)
+		}
+	}
 }
 
 func TestTLSConfigErrors(t *testing.T) {

@@ -65,6 +65,17 @@
 // another connection). The nginx contenders and zd-systemd-pid1 have no TLS
 // mode and are skipped. results.md names the mode in its header.
 //
+// With -post every request is a POST of a few bytes that net/http cannot
+// replay (load.Config.Post: GetBody nil, the body a plain io.Reader, as one
+// streamed from a file is), with -h2 above all: Go's Transport then cannot
+// send again a stream a GOAWAY left behind, and the request fails (class
+// other, "cannot retry err [...] after Request.Body was written", or
+// "cannot rewind body after connection loss" for one that chose its
+// connection just before the GOAWAY arrived) where a GET counts as
+// retried. With -tls and the plain modes the hand-written client sends the
+// same POST; it never retries anyway. The workers read and discard the
+// body. Not with -pool, whose clients always POST.
+//
 // A restart is one replacement: a worker of a SO_REUSEPORT pool rolled (the
 // pools have 4 workers, rolled round-robin), a process upgraded or
 // restarted, or one nginx reload.

@@ -67,14 +67,15 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.base.TLS, "tls", false, "serve and load HTTPS (TLS, HTTP/1.1 from the load; a handshake per request unless -keepalive)")
 	fs.BoolVar(&o.base.HTTP2, "h2", false, "load HTTP/2 over TLS (net/http's Transport, -h2-streams workers per connection); implies -tls")
 	fs.IntVar(&o.base.StreamsPerConn, "h2-streams", 8, "with -h2: workers sharing each HTTP/2 connection")
+	fs.BoolVar(&o.base.Post, "post", false, "every request a small POST net/http cannot replay (GetBody nil) instead of a GET; not with -pool, which always POSTs")
 	fs.Float64Var(&o.base.Rate, "rate", 0, "open loop: this many requests per second (0: closed loop)")
 	fs.IntVar(&o.base.Pool, "pool", 0, "a sparse keep-alive pool of this many clients, each on one connection of its own, instead of -c")
 	interval := fs.String("pool-interval", "50ms-500ms", "with -pool: each client's interval between requests, `min-max`")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	if o.base.Pool < 0 || o.base.Pool > 0 && o.base.Rate > 0 {
-		return o, errors.New("-pool must not be negative, nor set with -rate")
+	if o.base.Pool < 0 || o.base.Pool > 0 && (o.base.Rate > 0 || o.base.Post) {
+		return o, errors.New("-pool must not be negative, nor set with -rate or -post")
 	}
 	if o.base.HTTP2 {
 		if o.base.Pool > 0 || o.base.StreamsPerConn < 1 {

@@ -165,6 +165,8 @@ func TestParseTLSFlags(t *testing.T) {
 		{[]string{"-tls", "-keepalive"}, true, 0, "HTTPS (TLS 1.3, HTTP/1.1), keep-alive"},
 		{[]string{"-h2"}, true, 8, "HTTP/2 over TLS (ALPN h2), net/http's Transport, 8 workers' streams per connection"},
 		{[]string{"-h2", "-h2-streams", "16"}, true, 16, "HTTP/2 over TLS (ALPN h2), net/http's Transport, 16 workers' streams per connection"},
+		{[]string{"-h2", "-post"}, true, 8, "HTTP/2 over TLS (ALPN h2), net/http's Transport, 8 workers' streams per connection; every request a small POST net/http cannot replay (GetBody nil)"},
+		{[]string{"-tls", "-post"}, true, 0, "HTTPS (TLS 1.3, HTTP/1.1), a new connection and a full handshake per request; every request a small POST net/http cannot replay (GetBody nil)"},
 	} {
 		o, err := parseFlags(tc.args)
 		if err != nil {
@@ -175,7 +177,7 @@ func TestParseTLSFlags(t *testing.T) {
 				o.base.TLS, o.base.HTTP2, o.base.StreamsPerConn, o.base.mode(), tc.tls, tc.h2 > 0, tc.h2, tc.mode)
 		}
 	}
-	for _, bad := range [][]string{{"-h2", "-pool", "4"}, {"-h2", "-h2-streams", "0"}} {
+	for _, bad := range [][]string{{"-h2", "-pool", "4"}, {"-h2", "-h2-streams", "0"}, {"-post", "-pool", "4"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q): no error", bad)
 		}

@@ -34,10 +34,13 @@ type runSpec struct {
 	// TLS serves and loads HTTPS (HTTP/1.1 from the load, a new connection
 	// and handshake per request unless KeepAlive); HTTP2 loads HTTP/2 over
 	// TLS, StreamsPerConn workers sharing each connection.
-	TLS            bool    `json:"tls,omitempty"`
-	HTTP2          bool    `json:"http2,omitempty"`
-	StreamsPerConn int     `json:"streams_per_conn,omitempty"`
-	Rate           float64 `json:"rate,omitempty"` // open loop: requests per second
+	TLS            bool `json:"tls,omitempty"`
+	HTTP2          bool `json:"http2,omitempty"`
+	StreamsPerConn int  `json:"streams_per_conn,omitempty"`
+	// Post makes every request a small POST net/http cannot replay
+	// (load.Config.Post).
+	Post bool    `json:"post,omitempty"`
+	Rate float64 `json:"rate,omitempty"` // open loop: requests per second
 	// Pool, when positive, is the number of clients of a sparse keep-alive
 	// pool (load.Config.Pool), each sending at intervals in [PoolMin,
 	// PoolMax]; Concurrency then equals it.
@@ -48,6 +51,14 @@ type runSpec struct {
 
 // mode describes the load of s in words, for the results' header.
 func (s runSpec) mode() string {
+	if s.Post {
+		return s.connMode() + "; every request a small POST net/http cannot replay (GetBody nil)"
+	}
+	return s.connMode()
+}
+
+// connMode describes the protocol and connections of s's load.
+func (s runSpec) connMode() string {
 	conn := "a new connection per request"
 	if s.KeepAlive {
 		conn = "keep-alive"
@@ -162,7 +173,7 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	if err := c.start(ctx, env); err != nil {
 		return fmt.Errorf("%s: start: %w", sp.name, err)
 	}
-	g, err := load.New(load.Config{URL: url, TLS: clientTLS, HTTP2: s.HTTP2, StreamsPerConn: s.StreamsPerConn,
+	g, err := load.New(load.Config{URL: url, TLS: clientTLS, HTTP2: s.HTTP2, StreamsPerConn: s.StreamsPerConn, Post: s.Post,
 		Concurrency: s.Concurrency, Rate: s.Rate, Duration: s.maxDuration(), Timeout: s.Timeout,
 		KeepAlive: s.KeepAlive, Header: "X-Generation", Window: s.Window, Pool: s.Pool, PoolMin: s.PoolMin, PoolMax: s.PoolMax})
 	if err != nil {

@@ -169,13 +169,14 @@ func TestScheduleCanceled(t *testing.T) {
 // reply came over it.
 func TestRunTLS(t *testing.T) {
 	for _, tc := range []struct {
-		mode            string
-		keepAlive, http bool
-		contenders      []string
+		mode                  string
+		keepAlive, http, post bool
+		contenders            []string
 	}{
-		{"tls", false, false, []string{"naive", "tableflip", "zd-drain", "zd-handoff"}},
-		{"tls-keepalive", true, false, []string{"zd-handoff"}},
-		{"h2", false, true, []string{"naive", "zd-handoff", "zd-drain"}},
+		{"tls", false, false, false, []string{"naive", "tableflip", "zd-drain", "zd-handoff"}},
+		{"tls-keepalive", true, false, false, []string{"zd-handoff"}},
+		{"h2", false, true, false, []string{"naive", "zd-handoff", "zd-drain"}},
+		{"h2-post", false, true, true, []string{"zd-drain"}},
 	} {
 		for _, name := range tc.contenders {
 			t.Run(tc.mode+"/"+name, func(t *testing.T) {
@@ -186,7 +187,7 @@ func TestRunTLS(t *testing.T) {
 					s := runSpec{Contender: name, Concurrency: 8, Rep: 1, Restarts: 4,
 						Period: 300 * time.Millisecond, Lead: 200 * time.Millisecond, Tail: 300 * time.Millisecond,
 						Window: 100 * time.Millisecond, Timeout: 2 * time.Second,
-						TLS: true, KeepAlive: tc.keepAlive, HTTP2: tc.http}
+						TLS: true, KeepAlive: tc.keepAlive, HTTP2: tc.http, Post: tc.post}
 					if tc.http {
 						s.StreamsPerConn = 4
 					}

@@ -8,6 +8,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -118,9 +119,11 @@ func Main() {
 // stdout, which the parent reads line by line.
 func (w *Worker) Ready() { fmt.Printf("ready %d %s\n", os.Getpid(), w.Gen) }
 
-// handler answers every request with "ok" and the worker's generation.
+// handler answers every request, GET or POST, with "ok" and the worker's
+// generation, having read and discarded the request's body.
 func (w *Worker) handler() http.Handler {
-	return http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
 		rw.Header().Set("X-Generation", w.Gen)
 		rw.Write([]byte("ok\n"))
 	})
