@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -62,11 +62,15 @@ func TestServeUpgradeH2load(t *testing.T) {
 	})
 }
 
-// reportLost reads "report <generation> <cause> <method> <lost>".
+// reportLost reads the lost count of generationMain's "report <generation>
+// <cause> <method> <lost> ..." line.
 func reportLost(t *testing.T, line string) int {
 	t.Helper()
-	f := regexp.MustCompile(`\S+`).FindAllString(line, -1)
-	n, err := strconv.Atoi(f[len(f)-1])
+	f := strings.Fields(line)
+	if len(f) < 5 {
+		t.Fatalf("%q: want report <generation> <cause> <method> <lost> ...", line)
+	}
+	n, err := strconv.Atoi(f[4])
 	if err != nil {
 		t.Fatalf("%q: %v", line, err)
 	}
