@@ -18,10 +18,12 @@ type Generator struct {
 	dials  atomic.Int64
 	// retried counts the requests a Transport sent more than once.
 	retried atomic.Int64
-	rec     *recorder
-	ran     atomic.Bool
-	sent    atomic.Int64 // requests started, for Config.Requests
-	start   time.Time
+	// serverClosed counts connections the server closed (see watchedConn).
+	serverClosed atomic.Int64
+	rec          *recorder
+	ran          atomic.Bool
+	sent         atomic.Int64 // requests started, for Config.Requests
+	start        time.Time
 }
 
 // New checks cfg and returns a Generator ready to Run once.
@@ -34,7 +36,11 @@ func New(cfg Config) (*Generator, error) {
 	dial := cfg.Dial
 	cfg.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
 		g.dials.Add(1)
-		return dial(ctx, network, address)
+		c, err := dial(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		return &watchedConn{Conn: c, serverClosed: &g.serverClosed}, nil
 	}
 	g.cfg = cfg
 	if cfg.Pool > 0 {
@@ -86,6 +92,7 @@ func (g *Generator) Run(ctx context.Context) (*Result, error) {
 	}
 	res := g.rec.result()
 	res.Pool, res.Dials, res.Retried = g.cfg.Pool, g.dials.Load(), g.retried.Load()
+	res.ServerClosed = g.serverClosed.Load()
 	if ended(ctx) {
 		<-ctx.Done() // its deadline has passed: the timer is about to fire
 		return res, ctx.Err()
@@ -179,4 +186,28 @@ func (g *Generator) one(ctx context.Context, i int, at time.Duration, do func(co
 func ended(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
 	return ctx.Err() != nil || ok && !time.Now().Before(dl)
+}
+
+// watchedConn counts in serverClosed a connection on which a read failed
+// (EOF, a reset) before the client closed it: the server closed it.
+// net/http's Transport closes connections of its own too (for example when
+// its write goroutine, starved of CPU, has not reported within 50 ms): those
+// are not counted.
+type watchedConn struct {
+	net.Conn
+	serverClosed   *atomic.Int64
+	closed, failed atomic.Bool
+}
+
+func (c *watchedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && !c.closed.Load() && c.failed.CompareAndSwap(false, true) {
+		c.serverClosed.Add(1)
+	}
+	return n, err
+}
+
+func (c *watchedConn) Close() error {
+	c.closed.Store(true)
+	return c.Conn.Close()
 }

@@ -27,6 +27,12 @@ type Result struct {
 	// included. In a pool run every client dials once unless the server
 	// closes its connection: Dials - Pool are reconnections.
 	Dials int64 `json:"dials"`
+	// ServerClosed counts the connections the server closed under a
+	// client (a read failed, EOF or reset, before the client closed the
+	// connection). Dials - Pool can exceed it: net/http's Transport closes
+	// and redials connections itself, for example when its write goroutine
+	// is starved of CPU.
+	ServerClosed int64 `json:"server_closed"`
 	// Retried counts the requests net/http's Transport sent more than
 	// once, on another connection (Config.Transport, HTTP2, Pool): for
 	// example a stream above the last stream id of a GOAWAY. Each counts

@@ -54,8 +54,9 @@ func TestRunContenders(t *testing.T) {
 }
 
 // A keep-alive pool through restarts: the handoff worker passes its
-// connections to its successor, so no request fails and no client dials
-// again; naive restarts close them, so the clients reconnect. Before the
+// connections to its successor, so no request fails and the server closes
+// no connection under a client; naive restarts close them, so the clients
+// reconnect. Before the
 // handoff worker set drain.Server.HandOver, it dialled 16 per restart too.
 func TestRunPool(t *testing.T) {
 	const clients, restarts = 16, 3
@@ -72,18 +73,21 @@ func TestRunPool(t *testing.T) {
 				if res.Restarts != restarts || l.Pool != clients || l.Requests == 0 {
 					t.Fatalf("%d restarts, pool %d, %d requests; want %d, %d, some", res.Restarts, l.Pool, l.Requests, restarts, clients)
 				}
-				t.Logf("%d requests, %d failed %v, %d dials, counters %+v", l.Requests, l.Failed, l.Errors, l.Dials, res.Counters)
+				t.Logf("%d requests, %d failed %v, %d dials, %d connections closed by the server, counters %+v", l.Requests, l.Failed, l.Errors, l.Dials, l.ServerClosed, res.Counters)
 				switch name {
 				case "zd-handoff":
-					if l.Failed != 0 || l.Dials != clients {
-						t.Errorf("%d failed %v, %d dials; want 0 failed and %d dials (no reconnect); workers said:\n%s",
-							l.Failed, l.Errors, l.Dials, clients, workers())
+					// Dials can exceed clients when net/http's Transport
+					// closes a connection itself (CPU-starved, at load 25
+					// here: 17 dials, none closed by the server).
+					if l.Failed != 0 || l.ServerClosed != 0 || l.Dials < clients {
+						t.Errorf("%d failed %v, %d dials, %d connections closed by the server; want 0 failed and none closed (no reconnect forced); workers said:\n%s",
+							l.Failed, l.Errors, l.Dials, l.ServerClosed, workers())
 					}
 				case "naive":
 					// Every restart closes every connection: each client
 					// that sends again dials again.
-					if l.Dials <= clients {
-						t.Errorf("%d dials; want more than %d: the restarts close the connections", l.Dials, clients)
+					if l.Dials <= clients || l.ServerClosed == 0 {
+						t.Errorf("%d dials, %d closed by the server; want more than %d and some: the restarts close the connections", l.Dials, l.ServerClosed, clients)
 					}
 				}
 			})
