@@ -138,8 +138,14 @@ func (t *tracker) signal() {
 func (t *tracker) handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ci, _ := r.Context().Value(connKey{}).(*connInfo)
-		if t.closing.Load() && (ci == nil || ci.g == nil || ci.g.isDone()) {
-			w.Header().Set("Connection", "close") // HTTP/2: a GOAWAY, after the first step only
+		// HTTP/2 in the drain's two steps never says Connection: close: it
+		// would make net/http name the last stream as this response begins,
+		// and a client can still write one it opened before it read the
+		// first GOAWAY. net/http names it at http.Server.Shutdown, once no
+		// stream is in flight. (An HTTP/2 connection outside the drain's
+		// path, ci.g nil, gets net/http's one GOAWAY this way.)
+		if t.closing.Load() && (ci == nil || ci.g == nil) {
+			w.Header().Set("Connection", "close")
 		}
 		h.ServeHTTP(w, r)
 		if ci == nil {

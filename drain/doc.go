@@ -174,12 +174,17 @@
 // meanwhile. It is told to go away in RFC 9113's two steps (section 6.8):
 // at the stop the drain writes a GOAWAY with the largest stream id, 2^31-1,
 // and a PING; the client stops opening streams; the PING's ack shows it
-// has seen the GOAWAY and that every stream it opened before is read. Once
-// the client has then opened no stream for 50 ms (at most 250 ms after the
-// ack: Go's http.Transport can still write one stream that took its id
-// before it read the GOAWAY), net/http sends its own GOAWAY (the next
-// response's Connection: close, or http.Server.Shutdown), whose last stream
-// id now covers them all; streams in flight finish. net/http alone sends just the second, so a
+// has seen the GOAWAY and that every stream it opened before is read. The
+// drain counts the first step over once the client has then opened no
+// stream for 50 ms (at most 250 ms after the ack), and net/http sends its
+// own GOAWAY only at http.Server.Shutdown, once no stream is in flight
+// (responses on HTTP/2 never say Connection: close, which would make
+// net/http name the last stream at once): Go's http.Transport can still
+// write one stream that took its id before it read the first GOAWAY, and
+// on a loaded machine that can be 100 ms or more after its ack. A client
+// told to go away closes its connection itself once its streams are done
+// (Go's does). Net/http's GOAWAY names a last stream that covers them all;
+// streams in flight finish. net/http alone sends just the second, so a
 // stream the client opened while that GOAWAY was on its way was above it and
 // ignored (a client that retries, such as Go's http.Transport, sent it
 // again; h2load and a POST without GetBody lose it). The acks are awaited

@@ -266,7 +266,7 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 		}
 	}
 	if !handOver {
-		s.t.closing.Store(true) // responses begun from now on say Connection: close (HTTP/2: once the first step is acked)
+		s.t.closing.Store(true) // responses begun from now on say Connection: close (not on HTTP/2 under the two steps)
 	}
 	goingAway, h2Open := s.t.goAway()
 	t0 := time.Now()
