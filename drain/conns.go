@@ -33,6 +33,11 @@ type connInfo struct {
 	resumed bool
 }
 
+// goneAway: an idle HTTP/2 connection whose client acked the first step.
+func (ci *connInfo) goneAway() bool {
+	return ci.g != nil && ci.state == http.StateIdle && ci.served > 0 && ci.g.pingAcked.Load()
+}
+
 // waiting: idle, waiting for its next request.
 func (ci *connInfo) waiting() bool {
 	return ci.state == http.StateIdle || (ci.state == http.StateNew && ci.resumed)
@@ -196,6 +201,22 @@ func (t *tracker) busy(now, from time.Time, grace time.Duration) (n int, next ti
 			n++
 			continue
 		}
+		if ci.goneAway() {
+			// Told to go away and acked: its client closes it once its
+			// streams are done, and may still write one it opened before
+			// it read the GOAWAY. Shutdown's GOAWAY would cut that one.
+			end := from
+			if ci.idle.After(end) {
+				end = ci.idle
+			}
+			if end = end.Add(grace); end.After(now) {
+				n++
+				if next.IsZero() || end.Before(next) {
+					next = end
+				}
+			}
+			continue
+		}
 		if !ci.fresh() {
 			continue
 		}
@@ -221,7 +242,9 @@ func (t *tracker) busy(now, from time.Time, grace time.Duration) (n int, next ti
 // wait returns when no connection is busy, or when ctx ends. Connections
 // that have sent nothing count as busy for grace only: grace from now, or,
 // for a TLS connection whose ClientHello the server is answering, from its
-// answer, however slow the server is.
+// answer, however slow the server is. An idle HTTP/2 connection that acked
+// the first step counts as busy until grace after it became idle (or from
+// now), unless its client closes it first.
 func (t *tracker) wait(ctx context.Context, grace time.Duration) error {
 	from := time.Now()
 	tm := time.NewTimer(grace)

@@ -319,15 +319,19 @@ func TestH2loadAtGoAway(t *testing.T) {
 // before the Transport read the GOAWAY writes its HEADERS once it holds the
 // connection's write lock, which the PING's ack may take first, and on a
 // loaded machine (load 28 in the contenders -h2 -post run) that can be more
-// than 100 ms later. Modelled here over h2c, 5 drains: a stream kept busy
-// (so the drain waits), a stream with the ack, one 100 ms later and one
-// 300 ms later. All are answered: net/http names the last stream only at
-// http.Server.Shutdown, once no stream is in flight, never on a response's
-// Connection: close. Before, the first response that began after the ack
-// (and 50 ms without a new stream) said Connection: close, net/http's
-// GOAWAY named a last stream below the latest one, and net/http ignored it
-// (Go's Transport then fails a request whose body it cannot replay:
-// "cannot retry ... after Request.Body was written").
+// than 100 ms later. Modelled here over h2c, 5 drains: a stream busy until
+// the ack, a stream with the ack, one 100 ms later and one 300 ms later (the
+// connection idle in between). All are answered: net/http names the last
+// stream only at http.Server.Shutdown, never on a response's Connection:
+// close, and the drain calls it only once each HTTP/2 connection that acked
+// the first step has been closed by its client (Go's closes it when its
+// last stream ends) or has been idle for NewConnGrace. Before, the first
+// response that began after the ack (and 50 ms without a new stream) said
+// Connection: close, or the drain went on to Shutdown as soon as the
+// connection was idle; net/http's GOAWAY named a last stream below the
+// latest one, and net/http ignored it (Go's Transport then fails a request
+// whose body it cannot replay: "cannot retry ... after Request.Body was
+// written").
 func TestHTTP2StreamAfterAck(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
@@ -384,9 +388,10 @@ func TestHTTP2StreamAfterAck(t *testing.T) {
 							if err := h.open(uint32(5+2*i), false); err != nil {
 								t.Error(err)
 							}
+							if i == 0 {
+								close(release) // the busy stream ends: the connection goes idle between the late ones
+							}
 						}
-						time.Sleep(50 * time.Millisecond)
-						close(release)
 					}()
 				case (f.typ == h2Data || f.typ == h2Headers) && f.flags&h2EndStream != 0:
 					answered[f.stream] = true

@@ -285,7 +285,6 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 		}
 	}
 	h.IdleClosed, h.IdleClosedTLS = s.t.settleIdle(ctx, orDefault(s.IdleGrace, time.Second))
-	s.HTTP.SetKeepAlivesEnabled(false) // closes what is idle still
 	for _, c := range s.t.hijackedConns() {
 		if s.Hijacked != nil {
 			s.Hijacked(c)
@@ -296,6 +295,9 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	errs = append(errs, s.t.wait(ctx, orDefault(s.NewConnGrace, time.Second)))
 	h.SilentClosed = s.t.closeSilent()
 	h.WaitTook = time.Since(t0)
+	// Closes what is idle still. Not before: net/http's HTTP/2 answers it
+	// with a GOAWAY as soon as a connection has no stream (see wait).
+	s.HTTP.SetKeepAlivesEnabled(false)
 	s.stopConns()
 	s.mu.Lock()
 	h.Received = s.received
