@@ -84,6 +84,7 @@ type Worker struct {
 	// CertFile and KeyFile, if set (EnvTLSCert, EnvTLSKey), make the
 	// worker serve HTTPS.
 	CertFile, KeyFile string
+	tl                *timeline // EnvTimeline, or nil
 }
 
 // Main runs the worker mode named by EnvRole and exits, or returns if this
@@ -100,13 +101,16 @@ func Main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	w := &Worker{Addr: os.Getenv(EnvAddr), Gen: os.Getenv(EnvGen), Dir: os.Getenv(EnvDir),
-		Sigs: make(chan os.Signal, 1), CertFile: os.Getenv(EnvTLSCert), KeyFile: os.Getenv(EnvTLSKey)}
+		Sigs: make(chan os.Signal, 1), CertFile: os.Getenv(EnvTLSCert), KeyFile: os.Getenv(EnvTLSKey), tl: newTimeline()}
 	if w.Gen == "" {
 		w.Gen = strconv.Itoa(os.Getpid()) // processes that upgrade themselves
 	}
 	signal.Notify(w.Sigs, syscall.SIGHUP, syscall.SIGUSR2)
 	err := serve(ctx, w)
 	stop()
+	if w.tl != nil {
+		w.tl.log(w.Gen)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "worker %s gen %s: %v\n", mode, w.Gen, err)
 		os.Exit(1)
@@ -116,7 +120,19 @@ func Main() {
 
 // Ready tells the parent that this process serves: "ready <pid> <gen>" on
 // stdout, which the parent reads line by line.
-func (w *Worker) Ready() { fmt.Printf("ready %d %s\n", os.Getpid(), w.Gen) }
+func (w *Worker) Ready() {
+	if w.tl != nil {
+		w.tl.mark(&w.tl.ready)
+	}
+	fmt.Printf("ready %d %s\n", os.Getpid(), w.Gen)
+}
+
+// Stopping notes, for EnvTimeline, that the worker's stop begins.
+func (w *Worker) Stopping() {
+	if w.tl != nil {
+		w.tl.mark(&w.tl.stop)
+	}
+}
 
 // handler answers every request with "ok" and the worker's generation.
 func (w *Worker) handler() http.Handler {
@@ -131,6 +147,10 @@ func (w *Worker) NewServer() *http.Server {
 	srv := &http.Server{Handler: w.handler(), ReadHeaderTimeout: 5 * time.Second}
 	if os.Getenv(EnvTrace) != "" {
 		srv.ConnState = newConnTrace(w).state
+	}
+	if w.tl != nil && w.TLS() {
+		srv.TLSConfig = w.tl.tlsConfig()
+		srv.Handler = w.tl.handler(srv.Handler)
 	}
 	return srv
 }
@@ -219,6 +239,7 @@ func (w *Worker) serveUntil(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	w.Stopping()
 	return Shutdown(srv, done)
 }
 

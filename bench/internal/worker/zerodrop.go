@@ -180,6 +180,7 @@ func (w *Worker) serveDrainedBy(ds *drain.Server, ln net.Listener, ready func() 
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
 	}
+	w.Stopping()
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	_, err := ds.Shutdown(sctx)
