@@ -66,7 +66,9 @@ func TestKeepAliveResponseEndsAfterSettle(t *testing.T) {
 // handoff does). A's Shutdown with CloseSpread 1 s tells the clients
 // Connection: close spread over the window, each served by A until then; at
 // CloseSpread 0 all are told within a few milliseconds of each other. Every
-// client then goes on with B; not one request fails.
+// client then goes on with B; not one request fails. With the spread, each
+// is told once: it is told only once A's listener has stopped, so its new
+// connection cannot reach A.
 func TestCloseSpreadTLS(t *testing.T) {
 	const window = time.Second
 	for _, spread := range []bool{true, false} {
@@ -201,22 +203,26 @@ func closeSpreadTLS(t *testing.T, spread time.Duration) ([]time.Duration, *drain
 	if len(failed) != 0 {
 		t.Errorf("%d requests failed, first: %v", len(failed), failed[0])
 	}
-	var closes []time.Duration
+	var closes []time.Duration // the first time each client was told
 	for i, rs := range replies {
 		told, onB := 0, 0
 		for _, r := range rs {
 			switch {
 			case r.server == "A" && r.close:
+				if told == 0 {
+					closes = append(closes, r.at.Sub(t0))
+				}
 				told++
-				closes = append(closes, r.at.Sub(t0))
-			case r.server == "A" && told != 0:
-				t.Errorf("client %d: A answered after Connection: close", i)
 			case r.server == "B":
 				onB++
 			}
 		}
-		if told != 1 || onB == 0 {
-			t.Fatalf("client %d: told to close %d times by A, %d replies from B; want once, then B", i, told, onB)
+		// At once, responses say Connection: close from before A's
+		// listener stops: a client that reconnects meanwhile can land on A
+		// again and be told again. With the spread, only once it has
+		// stopped.
+		if told == 0 || (spread > 0 && told != 1) || onB == 0 {
+			t.Fatalf("client %d: told to close %d times by A, %d replies from B; want once (at least once at CloseSpread 0), then B", i, told, onB)
 		}
 	}
 	slices.Sort(closes)
