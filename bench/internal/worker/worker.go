@@ -49,10 +49,20 @@ const (
 	// before they sent a request.
 	EnvTrace = "ZD_BENCH_TRACE"
 
+	// EnvCloseSpread, when set, is the drain.Server.CloseSpread of the
+	// zerodrop workers serving TLS (a time.ParseDuration string; "0" for
+	// none), instead of DefaultCloseSpread.
+	EnvCloseSpread = "ZD_BENCH_CLOSE_SPREAD"
+
 	// EnvReports, when set (in the harness's environment), has every
 	// zerodrop worker log each drain report, not only the notable ones.
 	EnvReports = "ZD_BENCH_REPORTS"
 )
+
+// DefaultCloseSpread is the drain.Server.CloseSpread of the zerodrop
+// workers serving TLS: their keep-alive clients' reconnections, each a full
+// handshake, are spread over it (see BENCHMARKS.md).
+const DefaultCloseSpread = 500 * time.Millisecond
 
 // ShutdownTimeout bounds a worker's graceful shutdown.
 const ShutdownTimeout = 5 * time.Second
@@ -84,7 +94,10 @@ type Worker struct {
 	// CertFile and KeyFile, if set (EnvTLSCert, EnvTLSKey), make the
 	// worker serve HTTPS.
 	CertFile, KeyFile string
-	tl                *timeline // EnvTimeline, or nil
+	// CloseSpread is drain.Server.CloseSpread over TLS (EnvCloseSpread,
+	// or DefaultCloseSpread).
+	CloseSpread time.Duration
+	tl          *timeline // EnvTimeline, or nil
 }
 
 // Main runs the worker mode named by EnvRole and exits, or returns if this
@@ -104,6 +117,15 @@ func Main() {
 		Sigs: make(chan os.Signal, 1), CertFile: os.Getenv(EnvTLSCert), KeyFile: os.Getenv(EnvTLSKey), tl: newTimeline()}
 	if w.Gen == "" {
 		w.Gen = strconv.Itoa(os.Getpid()) // processes that upgrade themselves
+	}
+	w.CloseSpread = DefaultCloseSpread
+	if v := os.Getenv(EnvCloseSpread); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			fmt.Fprintf(os.Stderr, "worker: %s=%q: want a duration, 0 or more\n", EnvCloseSpread, v)
+			os.Exit(2)
+		}
+		w.CloseSpread = d
 	}
 	signal.Notify(w.Sigs, syscall.SIGHUP, syscall.SIGUSR2)
 	err := serve(ctx, w)
