@@ -292,8 +292,8 @@ func (t *tracker) spreadCloses(start time.Time, spread time.Duration) {
 // waits for its next request at its time, or later (its last response, begun
 // before, said keep-alive), has until IdleGrace (grace) after its time, or
 // after it became idle if later, to send one more request; a response still
-// in flight that says keep-alive is waited for. It returns when every time
-// has come and no connection is idle or finishing a keep-alive response, or
+// in flight that says keep-alive is waited for. It returns when no
+// connection is before its time, idle or finishing a keep-alive response, or
 // when ctx ends; it closes the idle connections whose grace is over, and at
 // ctx's end those still idle, and returns how many it closed, and of those
 // the TLS ones.
@@ -303,7 +303,6 @@ func (t *tracker) settleIdle(ctx context.Context, grace, spread time.Duration) (
 		t.spreadCloses(start, spread)
 	}
 	t.closing.Store(true)
-	last := start.Add(spread)
 	tm := time.NewTimer(time.Hour)
 	defer tm.Stop()
 	for {
@@ -313,11 +312,8 @@ func (t *tracker) settleIdle(ctx context.Context, grace, spread time.Duration) (
 			c.Close()
 		}
 		closed, closedTLS = closed+len(due), closedTLS+dueTLS
-		if left == 0 && !now.Before(last) {
+		if left == 0 {
 			return closed, closedTLS
-		}
-		if now.Before(last) && (next.IsZero() || last.Before(next)) {
-			next = last // the spread goes on: more times to come
 		}
 		var timeout <-chan time.Time // none: only a change can settle it
 		if !next.IsZero() {
@@ -339,25 +335,31 @@ func (t *tracker) settleIdle(ctx context.Context, grace, spread time.Duration) (
 
 // dueIdle looks at the HTTP/1 connections at now: it returns those idle
 // whose grace is over (see settleIdle), and how many of them are TLS; how
-// many are left to settle (idle within their grace, or busy with a response
-// that says keep-alive); and the earliest end of a grace, if any.
+// many are left to settle (before their time, idle within their grace, or
+// busy with a response that says keep-alive); and the earliest time or end
+// of a grace to come, if any.
 func (t *tracker) dueIdle(now, from time.Time, grace time.Duration) (due []net.Conn, dueTLS, left int, next time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	later := func(at time.Time) {
+		left++
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
 	for c, ci := range t.conns {
+		if ci.h2 {
+			continue // told to go away, never closed bare
+		}
+		at := t.closeTime(ci, from)
 		switch {
-		case ci.h2: // told to go away, never closed bare
 		case ci.waiting():
-			end := t.closeTime(ci, from)
+			end := at
 			if ci.idle.After(end) {
 				end = ci.idle
 			}
-			end = end.Add(grace)
-			if now.Before(end) {
-				left++
-				if next.IsZero() || end.Before(next) {
-					next = end
-				}
+			if end = end.Add(grace); now.Before(end) {
+				later(end)
 				continue
 			}
 			due = append(due, c)
@@ -366,6 +368,8 @@ func (t *tracker) dueIdle(now, from time.Time, grace time.Duration) (due []net.C
 			}
 		case ci.state == http.StateActive && !ci.respClose:
 			left++ // idle after its response, which says keep-alive
+		case now.Before(at):
+			later(at) // served as before until then
 		}
 	}
 	return due, dueTLS, left, next

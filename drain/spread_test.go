@@ -253,3 +253,36 @@ func TestCloseSpreadCompressed(t *testing.T) {
 		p.wait()
 	})
 }
+
+// TestCloseSpreadEndsEarly: the spread lasts only while a connection is
+// left to tell: a drain without keep-alive connections does not wait out
+// CloseSpread, nor one whose connections have all gone.
+func TestCloseSpreadEndsEarly(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		p := newPhase(t, nil)
+		p.ds.CloseSpread = 10 * time.Second
+		var conns []net.Conn
+		for range 4 {
+			c := dial(t, p.addr)
+			c.Write(keepAliveRequest("/"))
+			if resp, _, err := readResponse(c, 5*time.Second); err != nil || resp.Close {
+				t.Fatalf("first request: %v, %v", resp, err)
+			}
+			conns = append(conns, c)
+		}
+		res := p.shutdown(context.Background())
+		waitRefused(t, p.addr)
+		for _, c := range conns {
+			c.Close() // the clients leave before their time
+		}
+		select {
+		case r := <-res:
+			if h := r.rep.HTTP; r.err != nil || h.IdleClosed != 0 || h.CloseSpread != p.ds.CloseSpread {
+				t.Errorf("report %+v, err %v; want no idle closed, the spread reported", h, r.err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the drain waits out CloseSpread with no connection left")
+		}
+		p.wait()
+	})
+}
