@@ -13,6 +13,8 @@ import (
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestKeepAliveResponseEndsAfterSettle: a response sent in full, saying
@@ -256,11 +258,14 @@ func TestCloseSpreadCompressed(t *testing.T) {
 
 // TestCloseSpreadEndsEarly: the spread lasts only while a connection is
 // left to tell: a drain without keep-alive connections does not wait out
-// CloseSpread, nor one whose connections have all gone.
+// CloseSpread, nor one whose connections have all gone. The log names the
+// window.
 func TestCloseSpreadEndsEarly(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		p := newPhase(t, nil)
 		p.ds.CloseSpread = 10 * time.Second
+		core, logs := observer.New(zap.InfoLevel)
+		p.ds.Logger = zap.New(core)
 		var conns []net.Conn
 		for range 4 {
 			c := dial(t, p.addr)
@@ -282,6 +287,9 @@ func TestCloseSpreadEndsEarly(t *testing.T) {
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("the drain waits out CloseSpread with no connection left")
+		}
+		if all := logs.FilterMessage("drained").All(); len(all) != 1 || all[0].ContextMap()["close_spread"] != p.ds.CloseSpread {
+			t.Errorf("logged %v; want one drained entry with close_spread %v", logs.All(), p.ds.CloseSpread)
 		}
 		p.wait()
 	})
