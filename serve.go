@@ -73,6 +73,14 @@ type Options struct {
 	// started before the stop). A stop because a successor took over
 	// passes them to the successor instead.
 	Pool string
+	// CloseSpread is every listener's drain.Server.CloseSpread: the
+	// keep-alive connections the drain does not hand over (TLS ones, and
+	// all with NoConnHandoff or without a successor) are told to close
+	// spread over this window instead of all at once, so that their
+	// clients' reconnections (over TLS, each a full handshake) do not
+	// arrive in one burst. The drain lasts up to this much longer. Zero
+	// (the default): all at once.
+	CloseSpread time.Duration
 	// Grace bounds the drain; default 30 s.
 	Grace time.Duration
 	// Hijacked is every listener's drain.Server.Hijacked: if set, it is
@@ -270,7 +278,7 @@ func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) (
 	}
 	for i, l := range g.lns {
 		h := hs[i]
-		servers[i] = &drain.Server{HTTP: h, Logger: log, OnReport: opts.OnReport, Hijacked: opts.Hijacked}
+		servers[i] = &drain.Server{HTTP: h, Logger: log, OnReport: opts.OnReport, Hijacked: opts.Hijacked, CloseSpread: opts.CloseSpread}
 		if (g.u != nil || opts.Pool != "") && !opts.NoConnHandoff && h.TLSConfig == nil {
 			servers[i].HandOver = g.handOver(g.names[i])
 		}

@@ -28,12 +28,14 @@ import (
 // generationMain is one generation of a service built on Serve: it answers
 // every request with its pid, prints "serving <generation> <pid> <addr>" once
 // served and "report <generation> <cause> <method> <lost> <idle closed>
-// <handed over> <tls pending> <tls pending served>" when Serve returns
+// <handed over> <tls pending> <tls pending served> <close spread>" when Serve returns
 // (cause with '_' for spaces; lost: queued connections and requests the
 // drain could not serve; idle closed: keep-alive connections the drain
 // closed idle; handed over: connections passed to the successor; tls
 // pending: TLS connections whose handshake or first request was still to
-// come at the stop, and of those served).
+// come at the stop, and of those served; close spread: the window the
+// keep-alive connections were told to close over, in ms, from
+// ZD_CLOSE_SPREAD).
 func generationMain() {
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "%d\n", os.Getpid())
@@ -46,7 +48,9 @@ func generationMain() {
 		}
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
+	spread, _ := time.ParseDuration(os.Getenv("ZD_CLOSE_SPREAD"))
 	rep, err := zerodrop.Serve(context.Background(), srv, []string{os.Getenv("ZD_ADDR")}, zerodrop.Options{
+		CloseSpread:   spread,
 		Handoff:       os.Getenv("ZD_SOCK"),
 		ReadyPath:     "/ready",
 		Grace:         10 * time.Second,
@@ -59,8 +63,8 @@ func generationMain() {
 		os.Exit(1)
 	}
 	d := rep.Drains[0]
-	fmt.Printf("report %d %s %s %d %d %d %d %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method,
-		d.Remainder+len(d.HTTP.Forced), d.HTTP.IdleClosed, d.HTTP.HandedOver, d.HTTP.TLSPending, d.HTTP.TLSPendingServed)
+	fmt.Printf("report %d %s %s %d %d %d %d %d %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method,
+		d.Remainder+len(d.HTTP.Forced), d.HTTP.IdleClosed, d.HTTP.HandedOver, d.HTTP.TLSPending, d.HTTP.TLSPendingServed, d.HTTP.CloseSpread.Milliseconds())
 }
 
 // TestServeUpgrade runs a service built on Serve through an upgrade and a
@@ -158,7 +162,8 @@ func serveUpgrade(t *testing.T, ts *tlsSetup) {
 		env := []string{"ZERODROP_TEST_HELPER=generation", "ZD_SOCK=" + sock, "ZD_ADDR=" + addr}
 		url, tr := "http://"+addr+"/", &http.Transport{DisableKeepAlives: true}
 		if ts != nil {
-			env = append(env, "ZD_CERT="+ts.cert.CertFile, "ZD_KEY="+ts.cert.KeyFile)
+			// Options.CloseSpread reaches the drain (the report says it).
+			env = append(env, "ZD_CERT="+ts.cert.CertFile, "ZD_KEY="+ts.cert.KeyFile, "ZD_CLOSE_SPREAD=200ms")
 			url, tr = "https://"+addr+"/", ts.tr
 		}
 		s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
@@ -195,6 +200,9 @@ func serveUpgrade(t *testing.T, ts *tlsSetup) {
 		t.Logf("answered %v, failed %d; generation 1 %v; generation 2 %v; counters %v", answered, failed, rep1[2:], rep2[2:], d)
 		if want := []string{"successor_ready", string(drain.MethodRelease), "0"}; strings.Join(rep1[2:5], " ") != strings.Join(want, " ") {
 			t.Errorf("generation 1 stopped with %v, want %v", rep1[2:], want)
+		}
+		if want := map[bool]string{false: "0", true: "200"}[ts != nil]; rep1[len(rep1)-1] != want {
+			t.Errorf("generation 1's drain spread its closes over %s ms, want %s", rep1[len(rep1)-1], want)
 		}
 		if want := []string{"terminated", string(drain.MethodAccept), "0"}; strings.Join(rep2[2:5], " ") != strings.Join(want, " ") {
 			t.Errorf("generation 2 stopped with %v, want %v", rep2[2:], want)

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +33,15 @@ type connInfo struct {
 	// resumed: served by ServeConn, a keep-alive connection of another
 	// server (or handed back to us): idle, not new, while in StateNew.
 	resumed bool
+	// closeAt, when not 0, is when this connection's responses begin to say
+	// Connection: close (Server.CloseSpread): nanoseconds since the
+	// tracker's epoch, plus one. At 0, tracker.closing decides.
+	closeAt atomic.Int64
+	// respClose: the request it is serving (HTTP/1) is answered with
+	// Connection: close, as decided when it became active. Written by the
+	// connection's goroutine under the tracker's lock, so its handler reads
+	// it without.
+	respClose bool
 }
 
 // goneAway: an idle HTTP/2 connection whose client acked the first step.
@@ -60,6 +71,7 @@ type tracker struct {
 	pendingServed        int // pending connections that were then served
 	userState            func(net.Conn, http.ConnState)
 	userContext          func(context.Context, net.Conn) context.Context
+	epoch                time.Time // of connInfo.closeAt
 
 	hs        *http.Server // whose HTTP/2 path twoStep enters
 	stepOnce  sync.Once
@@ -71,6 +83,7 @@ func newTracker(hs *http.Server) *tracker {
 		conns:       make(map[net.Conn]*connInfo),
 		hijacked:    make(map[net.Conn]time.Time),
 		changed:     make(chan struct{}, 1),
+		epoch:       time.Now(),
 		userState:   hs.ConnState,
 		userContext: hs.ConnContext,
 	}
@@ -119,8 +132,14 @@ func (t *tracker) connState(c net.Conn, s http.ConnState) {
 				ci.h2 = true // net/http's HTTP/2 goes Active, Idle at its preface (h2c too); HTTP/1 only after a response
 			}
 			ci.state = s
-			if s == http.StateIdle {
+			switch s {
+			case http.StateIdle:
 				ci.idle = time.Now()
+			case http.StateActive:
+				// Decided before its handler runs, which decides the same
+				// or closes (closeDue only turns true): settleIdle
+				// counts on it.
+				ci.respClose = t.draining && t.closeDue(ci, time.Now())
 			}
 		}
 	}
@@ -143,13 +162,23 @@ func (t *tracker) signal() {
 func (t *tracker) handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ci, _ := r.Context().Value(connKey{}).(*connInfo)
-		// HTTP/2 in the drain's two steps never says Connection: close: it
-		// would make net/http name the last stream as this response begins,
-		// and a client can still write one it opened before it read the
-		// first GOAWAY. net/http names it at http.Server.Shutdown, once no
-		// stream is in flight. (An HTTP/2 connection outside the drain's
-		// path, ci.g nil, gets net/http's one GOAWAY this way.)
-		if t.closing.Load() && (ci == nil || ci.g == nil) {
+		var closeIt bool
+		switch {
+		case ci == nil:
+			closeIt = t.closing.Load()
+		case r.ProtoMajor == 1:
+			closeIt = ci.respClose || t.closeDue(ci, time.Now())
+		default:
+			// HTTP/2 in the drain's two steps never says Connection:
+			// close: it would make net/http name the last stream as this
+			// response begins, and a client can still write one it opened
+			// before it read the first GOAWAY. net/http names it at
+			// http.Server.Shutdown, once no stream is in flight. (An HTTP/2
+			// connection outside the drain's path, ci.g nil, gets
+			// net/http's one GOAWAY this way.)
+			closeIt = t.closing.Load() && ci.g == nil
+		}
+		if closeIt {
 			w.Header().Set("Connection", "close")
 		}
 		h.ServeHTTP(w, r)
@@ -283,27 +312,138 @@ func (t *tracker) closeSilent() int {
 	return len(silent)
 }
 
-// settleIdle gives idle keep-alive connections a bounded chance to end
-// without racing their clients. Responses begun from now on say Connection:
-// close. Every connection idle now, however long it has been, or becoming idle
-// later, has until window from now to send one more request, answered with
-// Connection: close, after which net/http closes it. It returns when none is
-// left idle, at window, or when ctx ends, then closes those still idle and
-// returns how many it closed.
-func (t *tracker) settleIdle(ctx context.Context, window time.Duration) (closed, closedTLS int) {
-	t.closing.Store(true)
-	tm := time.NewTimer(window)
-	defer tm.Stop()
-	for n, _ := t.idle(false); n > 0; n, _ = t.idle(false) {
-		select {
-		case <-ctx.Done():
-			return t.idle(true)
-		case <-tm.C:
-			return t.idle(true)
-		case <-t.changed:
+// closeDue reports whether a response of ci begun at now says Connection:
+// close: from its own time if the spread gave it one, else once closing is
+// set. It only ever turns from false to true.
+func (t *tracker) closeDue(ci *connInfo, now time.Time) bool {
+	if at := ci.closeAt.Load(); at != 0 {
+		return int64(now.Sub(t.epoch)) >= at-1
+	}
+	return t.closing.Load()
+}
+
+// closeTime is when ci's responses begin to say Connection: close, for a
+// connection the spread did not schedule: from.
+func (t *tracker) closeTime(ci *connInfo, from time.Time) time.Time {
+	if at := ci.closeAt.Load(); at != 0 {
+		return t.epoch.Add(time.Duration(at - 1))
+	}
+	return from
+}
+
+// spreadCloses gives the HTTP/1 connections open now (HTTP/2 ones are told
+// to go away instead) their times to begin closing, evenly over spread from
+// start: connection i of n, oldest first, at start + i*spread/n.
+func (t *tracker) spreadCloses(start time.Time, spread time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cis := make([]*connInfo, 0, len(t.conns))
+	for _, ci := range t.conns {
+		if !ci.h2 {
+			cis = append(cis, ci)
 		}
 	}
-	return 0, 0
+	slices.SortFunc(cis, func(a, b *connInfo) int {
+		if c := a.since.Compare(b.since); c != 0 {
+			return c
+		}
+		return strings.Compare(a.remote, b.remote)
+	})
+	for i, ci := range cis {
+		at := start.Add(spread * time.Duration(i) / time.Duration(len(cis)))
+		ci.closeAt.Store(int64(at.Sub(t.epoch)) + 1)
+	}
+}
+
+// settleIdle ends the HTTP/1 keep-alive connections without racing their
+// clients. With spread, the connections open now get times spread evenly
+// over it (spreadCloses) and are served as before until theirs; the others,
+// and all without spread, from now on. A response begun from a connection's
+// time on says Connection: close, after which net/http closes it. One that
+// waits for its next request at its time, or later (its last response, begun
+// before, said keep-alive), has until IdleGrace (grace) after its time, or
+// after it became idle if later, to send one more request; a response still
+// in flight that says keep-alive is waited for. It returns when no
+// connection is before its time, idle or finishing a keep-alive response, or
+// when ctx ends; it closes the idle connections whose grace is over, and at
+// ctx's end those still idle, and returns how many it closed, and of those
+// the TLS ones.
+func (t *tracker) settleIdle(ctx context.Context, grace, spread time.Duration) (closed, closedTLS int) {
+	start := time.Now()
+	if spread > 0 {
+		t.spreadCloses(start, spread)
+	}
+	t.closing.Store(true)
+	tm := time.NewTimer(time.Hour)
+	defer tm.Stop()
+	for {
+		now := time.Now()
+		due, dueTLS, left, next := t.dueIdle(now, start, grace)
+		for _, c := range due {
+			c.Close()
+		}
+		closed, closedTLS = closed+len(due), closedTLS+dueTLS
+		if left == 0 {
+			return closed, closedTLS
+		}
+		var timeout <-chan time.Time // none: only a change can settle it
+		if !next.IsZero() {
+			tm.Reset(time.Until(next))
+			timeout = tm.C
+		}
+		select {
+		case <-ctx.Done():
+			n, nTLS := t.idle(true)
+			return closed + n, closedTLS + nTLS
+		case <-timeout:
+		case <-t.changed:
+			// At most one look per millisecond: under load every
+			// request changes a state twice.
+			time.Sleep(time.Until(now.Add(time.Millisecond)))
+		}
+	}
+}
+
+// dueIdle looks at the HTTP/1 connections at now: it returns those idle
+// whose grace is over (see settleIdle), and how many of them are TLS; how
+// many are left to settle (before their time, idle within their grace, or
+// busy with a response that says keep-alive); and the earliest time or end
+// of a grace to come, if any.
+func (t *tracker) dueIdle(now, from time.Time, grace time.Duration) (due []net.Conn, dueTLS, left int, next time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	later := func(at time.Time) {
+		left++
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	for c, ci := range t.conns {
+		if ci.h2 {
+			continue // told to go away, never closed bare
+		}
+		at := t.closeTime(ci, from)
+		switch {
+		case ci.waiting():
+			end := at
+			if ci.idle.After(end) {
+				end = ci.idle
+			}
+			if end = end.Add(grace); now.Before(end) {
+				later(end)
+				continue
+			}
+			due = append(due, c)
+			if ci.tls != nil {
+				dueTLS++
+			}
+		case ci.state == http.StateActive && !ci.respClose:
+			left++ // idle after its response, which says keep-alive
+		case now.Before(at):
+			later(at) // served as before until then
+		}
+	}
+	return due, dueTLS, left, next
 }
 
 // idle counts the idle connections, and of those the TLS ones, and, when

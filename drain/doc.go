@@ -122,11 +122,22 @@
 // keep-alive connections given IdleGrace to send one more request (answered
 // with Connection: close, after which they close, so a client that sends
 // does not race the close; those still idle then are closed and counted in
-// HTTPReport.IdleClosed, since a client may have been sending just then), a
+// HTTPReport.IdleClosed, since a client may have been sending just then; a
+// response still in flight that says keep-alive, its handler begun before,
+// is waited for, and its connection gets IdleGrace once idle), a
 // callback for hijacked connections, serving every accepted connection's
 // pending request, and only then http.Server.Shutdown. At the deadline, what
 // is left is closed and named in
 // the report.
+//
+// Telling every keep-alive client Connection: close at once makes them all
+// reconnect, to the successor or the siblings, in the same few milliseconds;
+// over TLS each reconnection is a full handshake, and the burst costs
+// latency (see BENCHMARKS.md). Server.CloseSpread spreads it, as HAProxy's
+// close-spread-time does: once the listener has stopped, the connection i of
+// the n open is served as before until i*CloseSpread/n, then told to close
+// (IdleGrace from then if it is idle). The drain lasts up to CloseSpread
+// longer; a ctx deadline compresses the window.
 //
 // # Keep-alive connections handed over
 //

@@ -152,6 +152,9 @@ func (r *Report) log(log *zap.Logger) {
 			zap.Int("idle_closed", h.IdleClosed), zap.Int("idle_closed_tls", h.IdleClosedTLS),
 			zap.Int("handed_over", h.HandedOver), zap.Int("handover_returned", h.HandOverReturned), zap.Int("received", h.Received),
 			zap.Int("hijacked_notified", h.HijackedNotified), zap.Duration("http_took", h.Took))
+		if h.CloseSpread > 0 {
+			fields = append(fields, zap.Duration("close_spread", h.CloseSpread))
+		}
 	}
 	if r.Remainder > 0 || (r.HTTP != nil && len(r.HTTP.Forced) > 0) {
 		log.Warn("drained with losses", fields...)

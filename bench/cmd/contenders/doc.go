@@ -58,7 +58,13 @@
 // trusting only that certificate: a new connection and a full handshake per
 // request, or kept alive with -keepalive. zd-handoff's worker then hands no
 // connection over (TLS connections cannot be passed): its predecessor drains
-// them. -h2 loads HTTP/2 over TLS instead (load.Config.HTTP2: net/http's
+// them. Over TLS, zerodrop's workers (zd-drain, zd-handoff, ...) drain with
+// drain.Server.CloseSpread (worker.DefaultCloseSpread, 500 ms; the
+// environment variable ZD_BENCH_CLOSE_SPREAD changes it, "0" for none), so
+// their keep-alive clients reconnect, each with a full handshake, spread
+// over that window rather than all at once; ZD_BENCH_TIMELINE=1 logs when
+// each worker's handshakes began and its Connection: close responses went
+// out. -h2 loads HTTP/2 over TLS instead (load.Config.HTTP2: net/http's
 // Transport speaking HTTP/2 only, -h2-streams workers sharing each
 // connection); results.md adds a table of the requests the Transport retried
 // (a stream refused, or above a GOAWAY's last stream id, sent again on

@@ -50,10 +50,20 @@ const (
 	// before they sent a request.
 	EnvTrace = "ZD_BENCH_TRACE"
 
+	// EnvCloseSpread, when set, is the drain.Server.CloseSpread of the
+	// zerodrop workers serving TLS (a time.ParseDuration string; "0" for
+	// none), instead of DefaultCloseSpread.
+	EnvCloseSpread = "ZD_BENCH_CLOSE_SPREAD"
+
 	// EnvReports, when set (in the harness's environment), has every
 	// zerodrop worker log each drain report, not only the notable ones.
 	EnvReports = "ZD_BENCH_REPORTS"
 )
+
+// DefaultCloseSpread is the drain.Server.CloseSpread of the zerodrop
+// workers serving TLS: their keep-alive clients' reconnections, each a full
+// handshake, are spread over it (see BENCHMARKS.md).
+const DefaultCloseSpread = 500 * time.Millisecond
 
 // ShutdownTimeout bounds a worker's graceful shutdown.
 const ShutdownTimeout = 5 * time.Second
@@ -85,6 +95,10 @@ type Worker struct {
 	// CertFile and KeyFile, if set (EnvTLSCert, EnvTLSKey), make the
 	// worker serve HTTPS.
 	CertFile, KeyFile string
+	// CloseSpread is drain.Server.CloseSpread over TLS (EnvCloseSpread,
+	// or DefaultCloseSpread).
+	CloseSpread time.Duration
+	tl          *timeline // EnvTimeline, or nil
 }
 
 // Main runs the worker mode named by EnvRole and exits, or returns if this
@@ -101,13 +115,25 @@ func Main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	w := &Worker{Addr: os.Getenv(EnvAddr), Gen: os.Getenv(EnvGen), Dir: os.Getenv(EnvDir),
-		Sigs: make(chan os.Signal, 1), CertFile: os.Getenv(EnvTLSCert), KeyFile: os.Getenv(EnvTLSKey)}
+		Sigs: make(chan os.Signal, 1), CertFile: os.Getenv(EnvTLSCert), KeyFile: os.Getenv(EnvTLSKey), tl: newTimeline()}
 	if w.Gen == "" {
 		w.Gen = strconv.Itoa(os.Getpid()) // processes that upgrade themselves
+	}
+	w.CloseSpread = DefaultCloseSpread
+	if v := os.Getenv(EnvCloseSpread); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			fmt.Fprintf(os.Stderr, "worker: %s=%q: want a duration, 0 or more\n", EnvCloseSpread, v)
+			os.Exit(2)
+		}
+		w.CloseSpread = d
 	}
 	signal.Notify(w.Sigs, syscall.SIGHUP, syscall.SIGUSR2)
 	err := serve(ctx, w)
 	stop()
+	if w.tl != nil {
+		w.tl.log(w.Gen)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "worker %s gen %s: %v\n", mode, w.Gen, err)
 		os.Exit(1)
@@ -117,7 +143,19 @@ func Main() {
 
 // Ready tells the parent that this process serves: "ready <pid> <gen>" on
 // stdout, which the parent reads line by line.
-func (w *Worker) Ready() { fmt.Printf("ready %d %s\n", os.Getpid(), w.Gen) }
+func (w *Worker) Ready() {
+	if w.tl != nil {
+		w.tl.mark(&w.tl.ready)
+	}
+	fmt.Printf("ready %d %s\n", os.Getpid(), w.Gen)
+}
+
+// Stopping notes, for EnvTimeline, that the worker's stop begins.
+func (w *Worker) Stopping() {
+	if w.tl != nil {
+		w.tl.mark(&w.tl.stop)
+	}
+}
 
 // handler answers every request, GET or POST, with "ok" and the worker's
 // generation, having read and discarded the request's body.
@@ -134,6 +172,10 @@ func (w *Worker) NewServer() *http.Server {
 	srv := &http.Server{Handler: w.handler(), ReadHeaderTimeout: 5 * time.Second}
 	if os.Getenv(EnvTrace) != "" {
 		srv.ConnState = newConnTrace(w).state
+	}
+	if w.tl != nil && w.TLS() {
+		srv.TLSConfig = w.tl.tlsConfig()
+		srv.Handler = w.tl.handler(srv.Handler)
 	}
 	return srv
 }
@@ -222,6 +264,7 @@ func (w *Worker) serveUntil(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	w.Stopping()
 	return Shutdown(srv, done)
 }
 

@@ -147,6 +147,11 @@ func (w *Worker) ServeDrained(ln net.Listener, ready func() error, stop <-chan s
 // listener options opts[0] if given.
 func (w *Worker) drainServer(opts ...drain.Options) *drain.Server {
 	ds := &drain.Server{HTTP: w.NewServer(), OnReport: logNotable}
+	if w.TLS() {
+		// TLS connections cannot be handed over: each client told to
+		// close reconnects with a full handshake, spread over the window.
+		ds.CloseSpread = w.CloseSpread
+	}
 	if len(opts) > 0 {
 		// drain.Server reports through its own OnReport (it clears the
 		// listener's): a listener hook runs after logNotable.
@@ -180,6 +185,7 @@ func (w *Worker) serveDrainedBy(ds *drain.Server, ln net.Listener, ready func() 
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
 	}
+	w.Stopping()
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	_, err := ds.Shutdown(sctx)

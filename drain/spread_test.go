@@ -1,0 +1,296 @@
+package drain_test
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// TestKeepAliveResponseEndsAfterSettle: a response sent in full, saying
+// keep-alive, by a handler that returns only later (work after the
+// response, or a goroutine descheduled on a loaded machine), its client
+// sending its next request at once. The drain used to see the connection
+// busy, not idle, end the idle phase and turn keep-alives off: net/http then
+// closed the connection when the handler returned, the next request unread
+// (the client got a reset or EOF, and no report counted it). Now the drain
+// waits for such a response, and the next request is answered, with
+// Connection: close.
+func TestKeepAliveResponseEndsAfterSettle(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		entered, release := make(chan struct{}, 1), make(chan struct{})
+		p := newPhase(t, func(_ *phase, mux *http.ServeMux) {
+			mux.HandleFunc("/linger", func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Length", "6")
+				io.WriteString(w, "early\n")
+				w.(http.Flusher).Flush() // the client has all of it
+				entered <- struct{}{}
+				<-release
+			})
+		})
+		c := dial(t, p.addr)
+		c.Write(keepAliveRequest("/linger"))
+		resp, body, err := readResponse(c, 5*time.Second)
+		if err != nil || resp.Close || body != "early\n" {
+			t.Fatalf("first response: %v %q %v; want keep-alive", resp, body, err)
+		}
+		<-entered
+		c.Write(keepAliveRequest("/")) // as a closed-loop client does
+		res := p.shutdown(context.Background())
+		waitRefused(t, p.addr)
+		time.Sleep(300 * time.Millisecond) // the drain is past its idle phase by now
+		close(release)
+		resp, body, err = readResponse(c, 10*time.Second)
+		if err != nil || resp.StatusCode != 200 || body != "A\n" || !resp.Close {
+			t.Errorf("next request: %v %q %v; want 200 with Connection: close", resp, body, err)
+		}
+		r := <-res
+		if h := r.rep.HTTP; r.err != nil || h.IdleClosed != 0 || len(h.Forced) != 0 || h.Completed != 2 {
+			t.Errorf("report %+v, err %v; want 2 completed, none closed idle or forced", h, r.err)
+		}
+		p.wait()
+	})
+}
+
+// TestCloseSpreadTLS: 16 keep-alive TLS clients (Go's http.Transport, one
+// connection each, a request every 2 ms) on server A, which shares its
+// socket with server B (Options.Shared: A's stop releases it to B, as a
+// handoff does). A's Shutdown with CloseSpread 1 s tells the clients
+// Connection: close spread over the window, each served by A until then; at
+// CloseSpread 0 all are told within a few milliseconds of each other. Every
+// client then goes on with B; not one request fails. With the spread, each
+// is told once: it is told only once A's listener has stopped, so its new
+// connection cannot reach A.
+func TestCloseSpreadTLS(t *testing.T) {
+	const window = time.Second
+	for _, spread := range []bool{true, false} {
+		t.Run(map[bool]string{true: "spread", false: "at once"}[spread], func(t *testing.T) {
+			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+				netnstest.CheckLeaks(t)
+				var cs time.Duration
+				if spread {
+					cs = window
+				}
+				closes, rep := closeSpreadTLS(t, cs)
+				span := closes[len(closes)-1] - closes[0]
+				early := 0 // told in the window's first quarter
+				for _, d := range closes {
+					if d < closes[0]+window/4 {
+						early++
+					}
+				}
+				t.Logf("CloseSpread %v: %d closes, first %v after Shutdown began, span %v, %d in the first quarter; report: spread %v, idle closed %d, took %v",
+					cs, len(closes), closes[0].Round(time.Millisecond), span.Round(time.Millisecond), early, rep.HTTP.CloseSpread, rep.HTTP.IdleClosed, rep.HTTP.Took.Round(time.Millisecond))
+				if spread && (span < window/2 || early > len(closes)/2 || rep.HTTP.CloseSpread != window) {
+					t.Errorf("closes span %v with %d of %d in the first quarter, report's spread %v; want them spread over %v",
+						span, early, len(closes), rep.HTTP.CloseSpread, window)
+				}
+				if !spread && (span >= window/2 || rep.HTTP.CloseSpread != 0) {
+					t.Errorf("without CloseSpread the closes span %v (report's spread %v); want them at once", span, rep.HTTP.CloseSpread)
+				}
+				if h := rep.HTTP; h.IdleClosed != 0 || len(h.Forced) != 0 || h.SilentClosed != 0 {
+					t.Errorf("report %+v: want no connection closed idle, silent or forced", h)
+				}
+			})
+		})
+	}
+}
+
+// closeSpreadTLS runs TestCloseSpreadTLS's clients across A's Shutdown with
+// CloseSpread spread, and returns when each client was told Connection:
+// close by A, after Shutdown began, in order, and A's report.
+func closeSpreadTLS(t *testing.T, spread time.Duration) ([]time.Duration, *drain.Report) {
+	const n = 16
+	cert := netnstest.NewCert(t)
+	l1 := listenTCP(t, "127.0.0.1:0")
+	addr := l1.Addr().String()
+	f, err := l1.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &drain.Server{HTTP: &http.Server{Handler: named("A")}, CloseSpread: spread, IdleGrace: 5 * time.Second,
+		Listener: drain.Options{Shared: true}}
+	b := &drain.Server{HTTP: &http.Server{Handler: named("B")}}
+	waitA := serve(t, func() error { return a.ServeTLS(l1, cert.CertFile, cert.KeyFile) })
+
+	type reply struct {
+		at     time.Time
+		server string
+		close  bool
+	}
+	clients := make([]*http.Client, n)
+	replies := make([][]reply, n)
+	get := func(i int) (reply, error) {
+		resp, err := clients[i].Get("https://" + addr + "/")
+		if err != nil {
+			return reply{}, err
+		}
+		defer resp.Body.Close()
+		_, err = io.Copy(io.Discard, resp.Body)
+		return reply{time.Now(), resp.Header.Get("X-Server"), resp.Close}, err
+	}
+	for i := range clients {
+		clients[i] = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: cert.Client("http/1.1"), MaxIdleConnsPerHost: 1,
+			TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}}
+		// Each client's connection is A's: B does not serve yet.
+		if r, err := get(i); err != nil || r.server != "A" || r.close {
+			t.Fatalf("client %d: %+v, %v; want A, keep-alive", i, r, err)
+		}
+	}
+	defer func() {
+		for _, c := range clients {
+			c.CloseIdleConnections()
+		}
+	}()
+	waitB := serve(t, func() error { return b.ServeTLS(l2, cert.CertFile, cert.KeyFile) })
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed []error
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(2 * time.Millisecond):
+				}
+				r, err := get(i)
+				if err != nil {
+					mu.Lock()
+					failed = append(failed, err)
+					mu.Unlock()
+					continue
+				}
+				replies[i] = append(replies[i], r)
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rep, err := a.Shutdown(ctx)
+	if err != nil {
+		t.Errorf("A's Shutdown: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond) // every client on B
+	close(stop)
+	wg.Wait()
+	if _, err := b.Shutdown(ctx); err != nil {
+		t.Errorf("B's Shutdown: %v", err)
+	}
+	waitA()
+	waitB()
+
+	if len(failed) != 0 {
+		t.Errorf("%d requests failed, first: %v", len(failed), failed[0])
+	}
+	var closes []time.Duration // the first time each client was told
+	for i, rs := range replies {
+		told, onB := 0, 0
+		for _, r := range rs {
+			switch {
+			case r.server == "A" && r.close:
+				if told == 0 {
+					closes = append(closes, r.at.Sub(t0))
+				}
+				told++
+			case r.server == "B":
+				onB++
+			}
+		}
+		// At once, responses say Connection: close from before A's
+		// listener stops: a client that reconnects meanwhile can land on A
+		// again and be told again. With the spread, only once it has
+		// stopped.
+		if told == 0 || (spread > 0 && told != 1) || onB == 0 {
+			t.Fatalf("client %d: told to close %d times by A, %d replies from B; want once (at least once at CloseSpread 0), then B", i, told, onB)
+		}
+	}
+	slices.Sort(closes)
+	return closes, rep
+}
+
+// TestCloseSpreadCompressed: a ctx deadline nearer than twice CloseSpread
+// compresses the window to half the time left, and the drain ends within
+// the deadline.
+func TestCloseSpreadCompressed(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		p := newPhase(t, nil)
+		p.ds.CloseSpread = 10 * time.Second
+		p.ds.IdleGrace = 200 * time.Millisecond
+		for range 4 {
+			c := dial(t, p.addr)
+			c.Write(keepAliveRequest("/"))
+			if resp, _, err := readResponse(c, 5*time.Second); err != nil || resp.Close {
+				t.Fatalf("first request: %v, %v", resp, err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		r := <-p.shutdown(ctx)
+		if h := r.rep.HTTP; r.err != nil || h.CloseSpread <= 0 || h.CloseSpread > time.Second || h.IdleClosed != 4 {
+			t.Errorf("report %+v, err %v; want a spread of at most 1 s, 4 idle closed, no error", h, r.err)
+		}
+		p.wait()
+	})
+}
+
+// TestCloseSpreadEndsEarly: the spread lasts only while a connection is
+// left to tell: a drain without keep-alive connections does not wait out
+// CloseSpread, nor one whose connections have all gone. The log names the
+// window.
+func TestCloseSpreadEndsEarly(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		p := newPhase(t, nil)
+		p.ds.CloseSpread = 10 * time.Second
+		core, logs := observer.New(zap.InfoLevel)
+		p.ds.Logger = zap.New(core)
+		var conns []net.Conn
+		for range 4 {
+			c := dial(t, p.addr)
+			c.Write(keepAliveRequest("/"))
+			if resp, _, err := readResponse(c, 5*time.Second); err != nil || resp.Close {
+				t.Fatalf("first request: %v, %v", resp, err)
+			}
+			conns = append(conns, c)
+		}
+		res := p.shutdown(context.Background())
+		waitRefused(t, p.addr)
+		for _, c := range conns {
+			c.Close() // the clients leave before their time
+		}
+		select {
+		case r := <-res:
+			if h := r.rep.HTTP; r.err != nil || h.IdleClosed != 0 || h.CloseSpread != p.ds.CloseSpread {
+				t.Errorf("report %+v, err %v; want no idle closed, the spread reported", h, r.err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the drain waits out CloseSpread with no connection left")
+		}
+		if all := logs.FilterMessage("drained").All(); len(all) != 1 || all[0].ContextMap()["close_spread"] != p.ds.CloseSpread {
+			t.Errorf("logged %v; want one drained entry with close_spread %v", logs.All(), p.ds.CloseSpread)
+		}
+		p.wait()
+	})
+}
