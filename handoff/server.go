@@ -1,9 +1,11 @@
 package handoff
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,10 +124,15 @@ func (s *server) close() {
 }
 
 // maxConversations is the most conversations the handoff server holds at
-// once. A newcomer beyond it takes the place of the conversation that has
-// waited longest for the bytes of its hello (told ErrBusy), or, if none is
-// waiting, is refused with ErrBusy. A conversation that said hello (an
-// observer being answered, the successor) never gives way.
+// once. A newcomer beyond it takes the place of the conversation without
+// hello that has been idle longest (told ErrBusy), or, if none may give way,
+// is refused with ErrBusy. A conversation may give way only while nothing is
+// queued on its socket and its goroutine holds no bytes it read; it has been
+// idle since it was admitted or since its read last found no bytes. So a
+// conversation that said hello (an observer being answered, the successor)
+// never gives way, nor does one whose hello is in its receive queue,
+// whatever its goroutine is doing (on a loaded machine it may not have begun
+// to read).
 const maxConversations = 64
 
 // Conversation states (conn.state).
@@ -136,7 +143,8 @@ const (
 )
 
 // admit adds c to the conversations, making room if needed. It fails with
-// ErrClosed once the server is closed, ErrBusy when there is no room.
+// ErrClosed once the server is closed, ErrBusy when there is no room. c is
+// idle from now on, as far as giving way goes.
 func (s *server) admit(c *conn) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -144,31 +152,40 @@ func (s *server) admit(c *conn) error {
 		return ErrClosed
 	}
 	for len(s.conns) >= maxConversations {
-		v := s.longestWaiting()
+		v := s.idlest()
 		if v == nil {
-			return &FrameError{Err: ErrBusy, Detail: fmt.Sprintf("%d conversations, none of them waiting for its hello", len(s.conns))}
+			return &FrameError{Err: ErrBusy, Detail: fmt.Sprintf("%d conversations, none of them may give way (each said hello, or has bytes to read)", len(s.conns))}
 		}
 		if v.state.CompareAndSwap(fresh, evicted) { // else it said hello meanwhile
 			delete(s.conns, v)
-			v.c.SetReadDeadline(time.Now()) // ends its read: it says busy
+			v.c.SetReadDeadline(time.Now()) // ends its read, or recv sees evicted: it says busy
 		}
 	}
+	c.waitingSince.Store(time.Now().UnixNano())
 	s.conns[c] = true
 	return nil
 }
 
-// longestWaiting returns the conversation without hello that has waited
-// longest for bytes, or nil. Called with s.mu held.
-func (s *server) longestWaiting() *conn {
-	var v *conn
-	var since int64
+// idlest returns the conversation that may give way (see maxConversations)
+// and has been idle longest, or nil. Called with s.mu held.
+func (s *server) idlest() *conn {
+	type idle struct {
+		c     *conn
+		since int64
+	}
+	var cands []idle
 	for c := range s.conns {
-		t := c.waitingSince.Load()
-		if t != 0 && c.state.Load() == fresh && (v == nil || t < since) {
-			v, since = c, t
+		if t := c.waitingSince.Load(); t != 0 && c.state.Load() == fresh {
+			cands = append(cands, idle{c, t})
 		}
 	}
-	return v
+	slices.SortFunc(cands, func(a, b idle) int { return cmp.Compare(a.since, b.since) })
+	for _, v := range cands {
+		if n, err := v.c.queued(); err != nil || n == 0 {
+			return v.c
+		}
+	}
+	return nil
 }
 
 // leave removes c from the conversations.
@@ -207,7 +224,7 @@ func (s *server) handle(nc *net.UnixConn) {
 		err = s.converse(c, log)
 	}
 	if c.state.Load() == evicted {
-		err = &FrameError{Err: ErrBusy, Detail: fmt.Sprintf("gave way to a newcomer: %d conversations, and this one had waited longest for its hello", maxConversations)}
+		err = &FrameError{Err: ErrBusy, Detail: fmt.Sprintf("gave way to a newcomer: %d conversations, and this one had been idle longest without hello", maxConversations)}
 	}
 	if err == nil {
 		return
