@@ -51,17 +51,7 @@ func TestDialFullBacklog(t *testing.T) {
 		}
 		defer ln.Close()
 		t.Logf("%d connections fill the backlog", flood(t, name))
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		defer cancel()
-		c, ok, err := dial(ctx, name)
-		if c != nil {
-			c.Close()
-		}
-		var oe *net.OpError
-		if ok || !errors.Is(err, syscall.EAGAIN) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &oe) || oe.Addr.String() != name {
-			t.Fatalf("dial with a full backlog: ok=%v %v; want a *net.OpError naming %s of EAGAIN retried until the deadline", ok, err, name)
-		}
-		t.Log(err)
+		dialFull(t, name, 300*time.Millisecond)
 		// Room in the backlog: a retrying dial gets in.
 		type dialed struct {
 			c   *net.UnixConn
@@ -95,6 +85,46 @@ func TestDialFullBacklog(t *testing.T) {
 			}
 			c.Close()
 		}
+	})
+}
+
+// dialFull dials name, whose backlog is full, with a ctx of timeout d: the
+// dial fails with a *net.OpError naming name of EAGAIN retried until the
+// deadline.
+func dialFull(t *testing.T, name string, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	c, ok, err := dial(ctx, name)
+	if c != nil {
+		c.Close()
+	}
+	var oe *net.OpError
+	if ok || !errors.Is(err, syscall.EAGAIN) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &oe) || oe.Addr.String() != name {
+		t.Fatalf("dial with a full backlog: ok=%v %v; want a *net.OpError naming %s of EAGAIN retried until the deadline", ok, err, name)
+	}
+	t.Log(err)
+}
+
+// A dial that retries a full backlog and runs its next retry only after its
+// ctx ended (on a loaded machine the backoff's timer and ctx are both ready
+// by the time it runs, and select takes either) still says EAGAIN: that
+// retry's connect fails with the deadline alone ("i/o timeout"), which
+// TestDialFullBacklog got once at load 10-19.
+func TestDialFullBacklogLateRetry(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		name := "@zerodrop-test-backlog-late-" + strconv.Itoa(os.Getpid())
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		flood(t, name)
+		const d = 50 * time.Millisecond
+		start := time.Now()
+		testHookRedial = func() { time.Sleep(max(d-time.Since(start), 0) + 10*time.Millisecond) }
+		defer func() { testHookRedial = nil }()
+		dialFull(t, name, d)
 	})
 }
 
