@@ -121,8 +121,10 @@ func checkOneDir(path, dir string, parent bool) error {
 // (EAGAIN: connect on a unix socket does not wait for room, and a connect
 // flood fills it) is retried with backoff, 1 ms doubling to 100 ms, until ctx
 // ends; the error then matches both EAGAIN and ctx.Err(), also when ctx ends
-// as a retry begins (its dial then fails with ctx's error alone: on a loaded
-// machine the backoff's timer and ctx can both be ready when dial runs).
+// as a retry begins or during its connect (that connect then fails with
+// ctx's error alone: on a loaded machine the backoff's timer and ctx can both
+// be ready when dial runs, and the connect's deadline, ctx's, can pass before
+// ctx's own timer fires).
 func dial(ctx context.Context, path string) (c *net.UnixConn, ok bool, err error) {
 	var d net.Dialer
 	var full error // the last EAGAIN
@@ -135,8 +137,14 @@ func dial(ctx context.Context, path string) (c *net.UnixConn, ok bool, err error
 			return nil, false, nil
 		case errors.Is(err, syscall.EAGAIN):
 			full = err
-		case full != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
-			return nil, false, retriedUntil(full, ctx.Err())
+		case full != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+			// ctx ended as we dialled again. The dial's own timer, of
+			// ctx's deadline, can fire before ctx's: Err may be nil yet.
+			cause := ctx.Err()
+			if cause == nil {
+				cause = context.DeadlineExceeded
+			}
+			return nil, false, retriedUntil(full, cause)
 		default:
 			return nil, false, err
 		}
