@@ -59,7 +59,7 @@ func admitIdle(t *testing.T, s *server, n int) []*conn {
 	for i := range cs {
 		cs[i], _ = pairConn(t, time.Minute)
 		time.Sleep(50 * time.Microsecond)
-		if err := s.admit(cs[i]); err != nil {
+		if err := s.admit(cs[i], time.Now()); err != nil {
 			t.Fatalf("idle conversation %d of %d: %v", i+1, n, err)
 		}
 	}
@@ -89,7 +89,7 @@ func TestAdmitFloodNotReading(t *testing.T) {
 	flood := admitIdle(t, s, maxConversations)
 	succ, peer := pairConn(t, time.Minute)
 	sayHello(t, peer)
-	if err := s.admit(succ); err != nil {
+	if err := s.admit(succ, time.Now()); err != nil {
 		t.Fatalf("successor with its hello queued, 64 idle conversations held: %v", err)
 	}
 	if flood[0].state.Load() != evicted || s.conns[flood[0]] {
@@ -109,7 +109,7 @@ func TestAdmitKeepsQueuedHello(t *testing.T) {
 	s := newServer(serverConfig{log: zap.NewNop()})
 	succ, peer := pairConn(t, time.Minute)
 	sayHello(t, peer)
-	if err := s.admit(succ); err != nil {
+	if err := s.admit(succ, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	flood := admitIdle(t, s, maxConversations)
@@ -132,7 +132,7 @@ func TestAdmitKeepsQueuedHello(t *testing.T) {
 func TestAdmitKeepsReadHello(t *testing.T) {
 	s := newServer(serverConfig{log: zap.NewNop()})
 	succ, peer := pairConn(t, time.Minute)
-	if err := s.admit(succ); err != nil {
+	if err := s.admit(succ, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	sayHello(t, peer)
@@ -156,7 +156,7 @@ func TestAdmitPartialSenderGivesWay(t *testing.T) {
 	if _, err := peer.Write([]byte{0, 0}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.admit(part); err != nil {
+	if err := s.admit(part, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	admitted := part.waitingSince.Load()
@@ -184,7 +184,7 @@ func TestAdmitPartialSenderGivesWay(t *testing.T) {
 	flood := admitIdle(t, s, maxConversations-1)
 	succ, speer := pairConn(t, time.Minute)
 	sayHello(t, speer)
-	if err := s.admit(succ); err != nil {
+	if err := s.admit(succ, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if ev := evictions(flood); part.state.Load() != evicted || ev != 0 {
@@ -207,7 +207,7 @@ func TestAdmitEvictedBeforeReading(t *testing.T) {
 	flood := admitIdle(t, s, maxConversations)
 	succ, peer := pairConn(t, time.Minute)
 	sayHello(t, peer)
-	if err := s.admit(succ); err != nil {
+	if err := s.admit(succ, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if flood[0].state.Load() != evicted {
@@ -227,5 +227,47 @@ func TestAdmitEvictedBeforeReading(t *testing.T) {
 		t.Logf("ended after %v: %v", time.Since(start), err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the read of a conversation that gave way did not end in 30 s (its timeout is 1 min)")
+	}
+}
+
+// Conversations accepted in a burst are admitted in the order their
+// goroutines run, not the order of their accepts: a successor accepted
+// after a flood, whose goroutine ran before those of the flood connections
+// accepted just before it, and whose hello is not queued yet (its process
+// has not written it), is not evicted by them. It has been idle since it
+// was accepted, after all of them; it would give way only to 64 newcomers
+// accepted after it.
+func TestAdmitAcceptOrder(t *testing.T) {
+	s := newServer(serverConfig{log: zap.NewNop()})
+	base := time.Now()
+	at := func(i int) time.Time { return base.Add(time.Duration(i) * time.Millisecond) }
+	admitted := func(n, from int) []*conn {
+		cs := make([]*conn, n)
+		for i := range cs {
+			cs[i], _ = pairConn(t, time.Minute)
+			if err := s.admit(cs[i], at(from+i)); err != nil {
+				t.Fatalf("flood connection %d of %d accepted at +%d ms: %v", i+1, n, from+i, err)
+			}
+		}
+		return cs
+	}
+	admitted(maxConversations-1, 0)
+	succ, _ := pairConn(t, time.Minute)
+	if err := s.admit(succ, at(10_000)); err != nil {
+		t.Fatal(err)
+	}
+	late := admitted(3*maxConversations, 100) // accepted before the successor
+	if succ.state.Load() != fresh || !s.conns[succ] || len(s.conns) != maxConversations {
+		t.Errorf("successor accepted last, admitted before %d flood connections accepted before it: state %d, held %v (want fresh, held); %d held", len(late), succ.state.Load(), s.conns[succ], len(s.conns))
+	}
+	// Newcomers accepted after it: the 64th takes its place.
+	for i := range maxConversations {
+		c, _ := pairConn(t, time.Minute)
+		if err := s.admit(c, at(20_000+i)); err != nil {
+			t.Fatal(err)
+		}
+		if gone := succ.state.Load() == evicted; gone != (i == maxConversations-1) {
+			t.Fatalf("after %d newcomers accepted after the successor, it is evicted: %v", i+1, gone)
+		}
 	}
 }

@@ -27,7 +27,8 @@ type conn struct {
 	// frameQuota (the handoff server's conversations share one).
 	pool *pool
 	// waitingSince is since when the conversation has waited for bytes
-	// (unix ns): set by the handoff server when it admits it, and by a read
+	// (unix ns): set by the handoff server when it admits it (to when it
+	// accepted it), and by a read
 	// that finds none (unless set); 0 from when a read gets bytes until it
 	// next finds none, and once a read ended (its goroutine holds what it
 	// read).

@@ -83,7 +83,7 @@ func (s *server) serve() {
 		if err == nil {
 			delay = 0
 			s.wg.Add(1)
-			go s.handle(c)
+			go s.handle(c, time.Now())
 			continue
 		}
 		if errors.Is(err, net.ErrClosed) {
@@ -128,7 +128,7 @@ func (s *server) close() {
 // hello that has been idle longest (told ErrBusy), or, if none may give way,
 // is refused with ErrBusy. A conversation may give way only while nothing is
 // queued on its socket and its goroutine holds no bytes it read; it has been
-// idle since it was admitted or since its read last found no bytes. So a
+// idle since it was accepted or since its read last found no bytes. So a
 // conversation that said hello (an observer being answered, the successor)
 // never gives way, nor does one whose hello is in its receive queue,
 // whatever its goroutine is doing (on a loaded machine it may not have begun
@@ -142,10 +142,13 @@ const (
 	evicted        // gave way to a newcomer before its hello
 )
 
-// admit adds c to the conversations, making room if needed. It fails with
-// ErrClosed once the server is closed, ErrBusy when there is no room. c is
-// idle from now on, as far as giving way goes.
-func (s *server) admit(c *conn) error {
+// admit adds c, accepted at accepted, to the conversations, making room if
+// needed. It fails with ErrClosed once the server is closed, ErrBusy when
+// there is no room. c has been idle since it was accepted, as far as giving
+// way goes: conversations accepted in a burst are admitted in the order
+// their goroutines happen to run, and a successor accepted after a flood
+// must not count as older than the flood connections admitted after it.
+func (s *server) admit(c *conn, accepted time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conns == nil {
@@ -161,7 +164,7 @@ func (s *server) admit(c *conn) error {
 			v.c.SetReadDeadline(time.Now()) // ends its read, or recv sees evicted: it says busy
 		}
 	}
-	c.waitingSince.Store(time.Now().UnixNano())
+	c.waitingSince.Store(accepted.UnixNano())
 	s.conns[c] = true
 	return nil
 }
@@ -195,7 +198,8 @@ func (s *server) leave(c *conn) {
 	s.mu.Unlock()
 }
 
-func (s *server) handle(nc *net.UnixConn) {
+// handle serves a conversation accepted at accepted.
+func (s *server) handle(nc *net.UnixConn, accepted time.Time) {
 	defer s.wg.Done()
 	c, err := newConn(nc, s.cfg.timeout)
 	if err != nil {
@@ -215,7 +219,7 @@ func (s *server) handle(nc *net.UnixConn) {
 		err = allowed(cred, s.cfg.allowUIDs)
 	}
 	if err == nil {
-		if err = s.admit(c); errors.Is(err, ErrClosed) {
+		if err = s.admit(c, accepted); errors.Is(err, ErrClosed) {
 			return
 		}
 	}
