@@ -216,9 +216,12 @@ func waitQueued(t *testing.T, n uint32, ls ...*reuseport.Listener) {
 
 // A handshake in flight at our member when it steps out is waited for: a
 // client whose final ACK TCP_DEFER_ACCEPT holds back (its request socket
-// waits for data) sends its byte 300 ms into the stop, lands in our queue
-// and is answered, with tcp_migrate_req=0. Without the wait the shutdown
-// drops the request socket and the client's byte is answered by a reset.
+// waits for data) sends its byte 300 ms after the stop listed the handshakes
+// it waits for, lands in our queue and is answered, with tcp_migrate_req=0.
+// Without the wait the shutdown drops the request socket and the client's
+// byte is answered by a reset. (The byte once went 300 ms into the stop: on a
+// loaded machine the stop had not listed the handshakes by then, the byte
+// completed the handshake first, and the stop saw none to wait for.)
 func TestStepOutWaitsForHandshakes(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
 		cpus := cpusForStepOut(t)
@@ -255,6 +258,8 @@ func TestStepOutWaitsForHandshakes(t *testing.T) {
 		}
 		served := make(chan int, 1)
 		go func() { served <- netnstest.Echo(dl) }()
+		listed := make(chan int, 1)
+		defer drain.SetTestHookHandshakes(func(n int) { listed <- n })()
 		snap := netnstest.Snapshot(t)
 		type result struct {
 			r   *drain.Report
@@ -267,7 +272,15 @@ func TestStepOutWaitsForHandshakes(t *testing.T) {
 			r, err := dl.Stop(ctx)
 			stopped <- result{r, err}
 		}()
-		time.Sleep(300 * time.Millisecond) // whether the stop waits by then or has not begun, nothing may be lost
+		select {
+		case n := <-listed:
+			t.Logf("the stop waits for %d handshakes", n)
+		case res := <-stopped:
+			t.Fatalf("the stop returned before it listed handshakes to wait for: %+v %v", res.r, res.err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stop listed no handshakes to wait for in 10 s")
+		}
+		time.Sleep(300 * time.Millisecond)
 		c.SetDeadline(time.Now().Add(5 * time.Second))
 		_, werr := c.Write([]byte{'x'})
 		b := make([]byte, 1)

@@ -1,0 +1,9 @@
+package drain
+
+// SetTestHookHandshakes makes f run once a stepped-out stop has listed the
+// handshakes it waits for (for the tests of package drain_test), until the
+// returned func is called.
+func SetTestHookHandshakes(f func(n int)) (restore func()) {
+	testHookHandshakes = f
+	return func() { testHookHandshakes = nil }
+}
