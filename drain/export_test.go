@@ -8,3 +8,11 @@ import (
 // WatchTLS wraps l as ServeTLS does before handing it to crypto/tls, for
 // BenchmarkTLSHandshake.
 func WatchTLS(l net.Listener) net.Listener { return tlsListener{l, newTracker(&http.Server{})} }
+
+// SetTestHookHandshakes makes f run once a stepped-out stop has listed the
+// handshakes it waits for (for the tests of package drain_test), until the
+// returned func is called.
+func SetTestHookHandshakes(f func(n int)) (restore func()) {
+	testHookHandshakes = f
+	return func() { testHookHandshakes = nil }
+}

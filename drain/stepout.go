@@ -119,6 +119,9 @@ func (l *Listener) drainSteppedOut(ctx context.Context, r *Report) error {
 		pending[h.Cookie] = true
 	}
 	r.HandshakesAtStepOut = len(pending)
+	if testHookHandshakes != nil {
+		testHookHandshakes(len(pending))
+	}
 	wait := handshakePollMin
 	for i := 0; len(pending) > 0 && i < maxHandshakePolls && sleepCtx(ctx, wait); i++ {
 		wait = min(2*wait, handshakePollMax)
@@ -138,6 +141,10 @@ func (l *Listener) drainSteppedOut(ctx context.Context, r *Report) error {
 	r.HandshakesLeft = len(pending)
 	return l.acceptUntilEmpty(ctx, r)
 }
+
+// testHookHandshakes, if set by a test, runs once a stepped-out stop has
+// listed the handshakes it waits for, with how many.
+var testHookHandshakes func(n int)
 
 // membarrierCmdGlobal is MEMBARRIER_CMD_GLOBAL: it returns after an RCU grace
 // period (synchronize_rcu) on a machine with more than one online CPU.

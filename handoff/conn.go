@@ -26,8 +26,12 @@ type conn struct {
 	// pool, if set, bounds what this conn's frames may buffer beyond
 	// frameQuota (the handoff server's conversations share one).
 	pool *pool
-	// waitingSince is when a read began to wait for bytes (unix ns), 0
-	// while bytes are there or nobody reads.
+	// waitingSince is since when the conversation has waited for bytes
+	// (unix ns): set by the handoff server when it admits it (to when it
+	// accepted it), and by a read
+	// that finds none (unless set); 0 from when a read gets bytes until it
+	// next finds none, and once a read ended (its goroutine holds what it
+	// read).
 	waitingSince atomic.Int64
 	state        atomic.Int32 // the server's: fresh, greeted or evicted
 	// version is the protocol version agreed in this conversation's hellos.
@@ -167,6 +171,19 @@ func (c *conn) peerCred() (*unix.Ucred, error) {
 	return cred, nil
 }
 
+// queued is how many bytes wait in c's receive queue (SIOCINQ).
+func (c *conn) queued() (int, error) {
+	var n int
+	var ierr error
+	if err := c.rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+		return 0, err
+	}
+	if ierr != nil {
+		return 0, os.NewSyscallError("ioctl SIOCINQ", ierr)
+	}
+	return n, nil
+}
+
 // send writes one frame, with fds attached when given.
 func (c *conn) send(f *frame, fds []int) error {
 	b, err := encodeFrame(f)
@@ -214,6 +231,12 @@ func (c *conn) recvWithin(maxFDs int, d time.Duration) (*frame, []int, error) {
 func (c *conn) recvFrame(maxFDs int, d time.Duration) (*frame, []int, error) {
 	if err := c.deadline(c.c.SetReadDeadline, d); err != nil {
 		return nil, nil, err
+	}
+	// A conversation the server evicted before this read set its deadline
+	// would otherwise wait the whole timeout (the server's past deadline was
+	// overwritten); one evicted after finds its read cut short.
+	if c.state.Load() == evicted {
+		return nil, nil, &FrameError{Err: ErrBusy, Detail: "gave way to a newcomer before its hello"}
 	}
 	var fds []int
 	h := make([]byte, headerLen)

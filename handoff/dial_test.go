@@ -53,15 +53,7 @@ func TestDialFullBacklog(t *testing.T) {
 		t.Logf("%d connections fill the backlog", flood(t, name))
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		c, ok, err := dial(ctx, name)
-		if c != nil {
-			c.Close()
-		}
-		var oe *net.OpError
-		if ok || !errors.Is(err, syscall.EAGAIN) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &oe) || oe.Addr.String() != name {
-			t.Fatalf("dial with a full backlog: ok=%v %v; want a *net.OpError naming %s of EAGAIN retried until the deadline", ok, err, name)
-		}
-		t.Log(err)
+		checkFull(t, ctx, "full backlog", name)
 		// Room in the backlog: a retrying dial gets in.
 		type dialed struct {
 			c   *net.UnixConn
@@ -96,6 +88,62 @@ func TestDialFullBacklog(t *testing.T) {
 			c.Close()
 		}
 	})
+}
+
+// A dial that retries a full backlog and whose ctx ends as a retry begins
+// still says EAGAIN, though that retry's connect fails with the deadline
+// alone ("i/o timeout"), which TestDialFullBacklog got at load 10-19. On a
+// loaded machine the backoff's timer and ctx are both ready by the time the
+// dial runs, and select takes either ("after": a test hook runs the retry
+// after the deadline); or ctx's deadline passes but its timer has not fired
+// yet ("timer late": the connect's deadline is ctx's, its own timer fires
+// first, and ctx.Err is still nil).
+func TestDialFullBacklogLateRetry(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		name := "@zerodrop-test-backlog-late-" + strconv.Itoa(os.Getpid())
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		flood(t, name)
+		defer func() { testHookRedial = nil }()
+
+		const d = 50 * time.Millisecond
+		start := time.Now()
+		testHookRedial = func() { time.Sleep(max(d-time.Since(start), 0) + 10*time.Millisecond) }
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		checkFull(t, ctx, "after", name)
+
+		late := &lateCtx{Context: context.Background(), deadline: time.Now().Add(time.Hour)}
+		testHookRedial = func() { late.deadline = time.Now().Add(-time.Millisecond) }
+		checkFull(t, late, "timer late", name)
+	})
+}
+
+// lateCtx is a ctx whose deadline has passed (once set so) but whose timer
+// has not fired: Err is nil, Done never closes.
+type lateCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c *lateCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// checkFull dials name, whose backlog is full, with ctx: the dial fails with
+// a *net.OpError naming name of EAGAIN retried until the deadline.
+func checkFull(t *testing.T, ctx context.Context, what, name string) {
+	t.Helper()
+	c, ok, err := dial(ctx, name)
+	if c != nil {
+		c.Close()
+	}
+	var oe *net.OpError
+	if ok || !errors.Is(err, syscall.EAGAIN) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &oe) || oe.Addr.String() != name {
+		t.Fatalf("%s: dial with a full backlog: ok=%v %v; want a *net.OpError naming %s of EAGAIN retried until the deadline", what, ok, err, name)
+	}
+	t.Logf("%s: %v", what, err)
 }
 
 // A connect flood on an abstract handoff name, by a process that never lets

@@ -234,13 +234,19 @@
 // nothing until the bytes come. It holds at most 64 conversations at once;
 // each may buffer 4 KiB of its own, and larger frames draw on 2 MiB shared by
 // all of them: at most about 2.3 MiB in all. Over a bound the server answers
-// "busy": a newcomer takes the place of the conversation that has waited
-// longest for the bytes of its hello (that one is told "busy"), and is itself
-// told "busy" only when no conversation is waiting. A conversation that said
-// hello (the successor's, an observer's) never gives way, so stalled
-// connections cannot starve a successor: it sends its hello as it connects,
-// and could give way only if 64 newcomers arrived in that moment. A failed accept (a full fd table:
-// EMFILE, ENFILE, ENOBUFS...) is logged (handoff.accept_error) and retried
+// "busy": a newcomer takes the place of the conversation without hello that
+// has been idle longest, since it was accepted or since its read last found
+// no bytes (that one is told "busy"), and is itself told "busy" only when no
+// conversation may give way. A conversation gives way only while nothing is
+// queued on its socket and it is not busy with bytes it read: one that said
+// hello (the successor's, an observer's), or whose hello is in its receive
+// queue, never does, whatever its goroutine is doing, so stalled connections
+// cannot starve a successor: it sends its hello as it connects, and could
+// give way only if 64 newcomers accepted after it were admitted before its
+// bytes arrived. A peer that sends part of a frame and stops is protected
+// only until the server has read those bytes (it then waits, idle), and its
+// read ends at the Timeout if nobody takes its place. A failed accept (a full
+// fd table: EMFILE, ENFILE, ENOBUFS...) is logged (handoff.accept_error) and retried
 // after 5 ms, doubling up to 1 s, until the server is closed. A full backlog
 // of the handoff socket (a connect flood: connect fails with EAGAIN) is
 // retried by the successor, and by Observe, until its Timeout or ctx ends.

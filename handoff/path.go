@@ -120,9 +120,14 @@ func checkOneDir(path, dir string, parent bool) error {
 // file, or a stale file left by a dead process (ECONNREFUSED). A full backlog
 // (EAGAIN: connect on a unix socket does not wait for room, and a connect
 // flood fills it) is retried with backoff, 1 ms doubling to 100 ms, until ctx
-// ends; the error then matches both EAGAIN and ctx.Err().
+// ends; the error then matches both EAGAIN and ctx.Err(), also when ctx ends
+// as a retry begins or during its connect (that connect then fails with
+// ctx's error alone: on a loaded machine the backoff's timer and ctx can both
+// be ready when dial runs, and the connect's deadline, ctx's, can pass before
+// ctx's own timer fires).
 func dial(ctx context.Context, path string) (c *net.UnixConn, ok bool, err error) {
 	var d net.Dialer
+	var full error // the last EAGAIN
 	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
 		nc, err := d.DialContext(ctx, "unix", path)
 		switch {
@@ -130,23 +135,45 @@ func dial(ctx context.Context, path string) (c *net.UnixConn, ok bool, err error
 			return nc.(*net.UnixConn), true, nil
 		case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
 			return nil, false, nil
-		case !errors.Is(err, syscall.EAGAIN):
+		case errors.Is(err, syscall.EAGAIN):
+			full = err
+		case full != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+			// ctx ended as we dialled again. The dial's own timer, of
+			// ctx's deadline, can fire before ctx's: Err may be nil yet.
+			cause := ctx.Err()
+			if cause == nil {
+				cause = context.DeadlineExceeded
+			}
+			return nil, false, retriedUntil(full, cause)
+		default:
 			return nil, false, err
 		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			var oe *net.OpError
-			if errors.As(err, &oe) { // keep its op and address
-				e := *oe
-				e.Err = fmt.Errorf("%w, retried until: %w", oe.Err, ctx.Err())
-				err = &e
-			}
-			return nil, false, err
+			return nil, false, retriedUntil(err, ctx.Err())
 		case <-t.C:
 		}
+		if testHookRedial != nil {
+			testHookRedial()
+		}
 	}
+}
+
+// testHookRedial, if set by a test, runs in dial before each retry.
+var testHookRedial func()
+
+// retriedUntil is err, a connect that kept failing, wrapped with cause, why
+// the retries stopped; a *net.OpError keeps its op and address.
+func retriedUntil(err, cause error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		e := *oe
+		e.Err = fmt.Errorf("%w, retried until: %w", oe.Err, cause)
+		return &e
+	}
+	return err
 }
 
 // allowed checks a peer's credentials against our euid and the allow-list.

@@ -1,9 +1,11 @@
 package handoff
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,7 +83,7 @@ func (s *server) serve() {
 		if err == nil {
 			delay = 0
 			s.wg.Add(1)
-			go s.handle(c)
+			go s.handle(c, time.Now())
 			continue
 		}
 		if errors.Is(err, net.ErrClosed) {
@@ -122,10 +124,15 @@ func (s *server) close() {
 }
 
 // maxConversations is the most conversations the handoff server holds at
-// once. A newcomer beyond it takes the place of the conversation that has
-// waited longest for the bytes of its hello (told ErrBusy), or, if none is
-// waiting, is refused with ErrBusy. A conversation that said hello (an
-// observer being answered, the successor) never gives way.
+// once. A newcomer beyond it takes the place of the conversation without
+// hello that has been idle longest (told ErrBusy), or, if none may give way,
+// is refused with ErrBusy. A conversation may give way only while nothing is
+// queued on its socket and its goroutine holds no bytes it read; it has been
+// idle since it was accepted or since its read last found no bytes. So a
+// conversation that said hello (an observer being answered, the successor)
+// never gives way, nor does one whose hello is in its receive queue,
+// whatever its goroutine is doing (on a loaded machine it may not have begun
+// to read).
 const maxConversations = 64
 
 // Conversation states (conn.state).
@@ -135,40 +142,53 @@ const (
 	evicted        // gave way to a newcomer before its hello
 )
 
-// admit adds c to the conversations, making room if needed. It fails with
-// ErrClosed once the server is closed, ErrBusy when there is no room.
-func (s *server) admit(c *conn) error {
+// admit adds c, accepted at accepted, to the conversations, making room if
+// needed. It fails with ErrClosed once the server is closed, ErrBusy when
+// there is no room. c has been idle since it was accepted, as far as giving
+// way goes: conversations accepted in a burst are admitted in the order
+// their goroutines happen to run, and a successor accepted after a flood
+// must not count as older than the flood connections admitted after it.
+func (s *server) admit(c *conn, accepted time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conns == nil {
 		return ErrClosed
 	}
 	for len(s.conns) >= maxConversations {
-		v := s.longestWaiting()
+		v := s.idlest()
 		if v == nil {
-			return &FrameError{Err: ErrBusy, Detail: fmt.Sprintf("%d conversations, none of them waiting for its hello", len(s.conns))}
+			return &FrameError{Err: ErrBusy, Detail: fmt.Sprintf("%d conversations, none of them may give way (each said hello, or has bytes to read)", len(s.conns))}
 		}
 		if v.state.CompareAndSwap(fresh, evicted) { // else it said hello meanwhile
 			delete(s.conns, v)
-			v.c.SetReadDeadline(time.Now()) // ends its read: it says busy
+			v.c.SetReadDeadline(time.Now()) // ends its read, or recv sees evicted: it says busy
 		}
 	}
+	c.waitingSince.Store(accepted.UnixNano())
 	s.conns[c] = true
 	return nil
 }
 
-// longestWaiting returns the conversation without hello that has waited
-// longest for bytes, or nil. Called with s.mu held.
-func (s *server) longestWaiting() *conn {
-	var v *conn
-	var since int64
+// idlest returns the conversation that may give way (see maxConversations)
+// and has been idle longest, or nil. Called with s.mu held.
+func (s *server) idlest() *conn {
+	type idle struct {
+		c     *conn
+		since int64
+	}
+	var cands []idle
 	for c := range s.conns {
-		t := c.waitingSince.Load()
-		if t != 0 && c.state.Load() == fresh && (v == nil || t < since) {
-			v, since = c, t
+		if t := c.waitingSince.Load(); t != 0 && c.state.Load() == fresh {
+			cands = append(cands, idle{c, t})
 		}
 	}
-	return v
+	slices.SortFunc(cands, func(a, b idle) int { return cmp.Compare(a.since, b.since) })
+	for _, v := range cands {
+		if n, err := v.c.queued(); err != nil || n == 0 {
+			return v.c
+		}
+	}
+	return nil
 }
 
 // leave removes c from the conversations.
@@ -178,7 +198,8 @@ func (s *server) leave(c *conn) {
 	s.mu.Unlock()
 }
 
-func (s *server) handle(nc *net.UnixConn) {
+// handle serves a conversation accepted at accepted.
+func (s *server) handle(nc *net.UnixConn, accepted time.Time) {
 	defer s.wg.Done()
 	c, err := newConn(nc, s.cfg.timeout)
 	if err != nil {
@@ -198,7 +219,7 @@ func (s *server) handle(nc *net.UnixConn) {
 		err = allowed(cred, s.cfg.allowUIDs)
 	}
 	if err == nil {
-		if err = s.admit(c); errors.Is(err, ErrClosed) {
+		if err = s.admit(c, accepted); errors.Is(err, ErrClosed) {
 			return
 		}
 	}
@@ -207,7 +228,7 @@ func (s *server) handle(nc *net.UnixConn) {
 		err = s.converse(c, log)
 	}
 	if c.state.Load() == evicted {
-		err = &FrameError{Err: ErrBusy, Detail: fmt.Sprintf("gave way to a newcomer: %d conversations, and this one had waited longest for its hello", maxConversations)}
+		err = &FrameError{Err: ErrBusy, Detail: fmt.Sprintf("gave way to a newcomer: %d conversations, and this one had been idle longest without hello", maxConversations)}
 	}
 	if err == nil {
 		return
