@@ -184,6 +184,8 @@ func (s *server) idlest() *conn {
 	}
 	slices.SortFunc(cands, func(a, b idle) int { return cmp.Compare(a.since, b.since) })
 	for _, v := range cands {
+		// An error means the socket is closed (Control fails only then):
+		// the conversation is ending and its place is free anyway.
 		if n, err := v.c.queued(); err != nil || n == 0 {
 			return v.c
 		}
