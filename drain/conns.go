@@ -44,9 +44,11 @@ type connInfo struct {
 	respClose bool
 }
 
-// goneAway: an idle HTTP/2 connection whose client acked the first step.
+// goneAway: an idle HTTP/2 connection told to go away in two steps, whose
+// client acked the first step or has yet to (a client slow to read the
+// GOAWAY may still open streams).
 func (ci *connInfo) goneAway() bool {
-	return ci.g != nil && ci.state == http.StateIdle && ci.served > 0 && ci.g.pingAcked.Load()
+	return ci.g != nil && ci.state == http.StateIdle && ci.served > 0
 }
 
 // waiting: idle, waiting for its next request.
@@ -231,9 +233,10 @@ func (t *tracker) busy(now, from time.Time, grace time.Duration) (n int, next ti
 			continue
 		}
 		if ci.goneAway() {
-			// Told to go away and acked: its client closes it once its
-			// streams are done, and may still write one it opened before
-			// it read the GOAWAY. Shutdown's GOAWAY would cut that one.
+			// Told to go away: its client closes it once its streams are
+			// done, and may still write one it opened before it read the
+			// GOAWAY (or, slow, not have read it yet). Shutdown's GOAWAY
+			// would cut that one.
 			end := from
 			if ci.idle.After(end) {
 				end = ci.idle
@@ -271,9 +274,9 @@ func (t *tracker) busy(now, from time.Time, grace time.Duration) (n int, next ti
 // wait returns when no connection is busy, or when ctx ends. Connections
 // that have sent nothing count as busy for grace only: grace from now, or,
 // for a TLS connection whose ClientHello the server is answering, from its
-// answer, however slow the server is. An idle HTTP/2 connection that acked
-// the first step counts as busy until grace after it became idle (or from
-// now), unless its client closes it first.
+// answer, however slow the server is. An idle HTTP/2 connection told to go
+// away counts as busy until grace after it became idle (or from now),
+// unless its client closes it first.
 func (t *tracker) wait(ctx context.Context, grace time.Duration) error {
 	from := time.Now()
 	tm := time.NewTimer(grace)

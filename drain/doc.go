@@ -188,9 +188,10 @@
 // has seen the GOAWAY and that every stream it opened before is read. The
 // drain counts the first step over once the client has then opened no
 // stream for 50 ms (at most 250 ms after the ack), and net/http sends its
-// own GOAWAY only at http.Server.Shutdown, once no stream is in flight
-// (responses on HTTP/2 never say Connection: close, which would make
-// net/http name the last stream at once): Go's http.Transport can still
+// own GOAWAY only at http.Server.Shutdown, once no stream is in flight and
+// each HTTP/2 connection has been closed by its client or idle for
+// NewConnGrace (responses on HTTP/2 never say Connection: close, which
+// would make net/http name the last stream at once): Go's http.Transport can still
 // write one stream that took its id before it read the first GOAWAY, and
 // on a loaded machine that can be 100 ms or more after its ack. A client
 // told to go away closes its connection itself once its streams are done

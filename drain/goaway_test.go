@@ -323,9 +323,9 @@ func TestH2loadAtGoAway(t *testing.T) {
 // the ack, a stream with the ack, one 100 ms later and one 300 ms later (the
 // connection idle in between). All are answered: net/http names the last
 // stream only at http.Server.Shutdown, never on a response's Connection:
-// close, and the drain calls it only once each HTTP/2 connection that acked
-// the first step has been closed by its client (Go's closes it when its
-// last stream ends) or has been idle for NewConnGrace. Before, the first
+// close, and the drain calls it only once each HTTP/2 connection told to go
+// away has been closed by its client (Go's closes it when its last stream
+// ends) or has been idle for NewConnGrace. Before, the first
 // response that began after the ack (and 50 ms without a new stream) said
 // Connection: close, or the drain went on to Shutdown as soon as the
 // connection was idle; net/http's GOAWAY named a last stream below the
