@@ -412,3 +412,71 @@ func TestHTTP2StreamAfterAck(t *testing.T) {
 		t.Logf("5 drains: %d streams not answered", late)
 	})
 }
+
+// TestHTTP2SlowClientAfterGoAway: a client starved of CPU reads the first
+// GOAWAY late: it has not acked the first step when the drain stops waiting
+// for acks (NewConnGrace, 500 ms here), and opens a stream 600 ms after
+// the stop began, its GOAWAY not yet processed. The stream is answered: the
+// drain holds http.Server.Shutdown (whose GOAWAY would name the last stream)
+// while such a connection has been idle for less than NewConnGrace. Before,
+// it held only connections that had acked, so Shutdown's GOAWAY (last
+// stream 1) came first and net/http ignored stream 3.
+func TestHTTP2SlowClientAfterGoAway(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		tl := listenTCP(t, "127.0.0.1:0")
+		hs := &http.Server{Handler: named("A"), Protocols: new(http.Protocols)}
+		hs.Protocols.SetHTTP1(true)
+		hs.Protocols.SetUnencryptedHTTP2(true)
+		ds := &drain.Server{HTTP: hs, NewConnGrace: 500 * time.Millisecond}
+		wait := serve(t, func() error { return ds.Serve(tl) })
+		c := dial(t, tl.Addr().String())
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		h := &h2Client{c: c}
+		if err := h.get(1, false); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		shut := make(chan *drain.Report, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			rep, err := ds.Shutdown(ctx)
+			if err != nil {
+				t.Errorf("shutdown: %v", err)
+			}
+			shut <- rep
+		}()
+		var goAways []uint32
+		answered, opened := false, false
+		for {
+			f, err := h.read() // acks the probe; no PING after the first GOAWAY
+			if err != nil {
+				break
+			}
+			switch {
+			case f.typ == h2GoAway:
+				goAways = append(goAways, binary.BigEndian.Uint32(f.payload)&(1<<31-1))
+				h.noAck = true
+				if !opened {
+					opened = true
+					go func() {
+						time.Sleep(time.Until(start.Add(600 * time.Millisecond)))
+						if err := h.open(3, false); err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+			case f.stream == 3 && (f.typ == h2Data || f.typ == h2Headers) && f.flags&h2EndStream != 0:
+				answered = true
+			}
+		}
+		c.Close()
+		rep := <-shut
+		wait()
+		t.Logf("stream 3 answered %v; GOAWAY last stream ids %v; report: go-away acked %d, unacked %d", answered, goAways, rep.HTTP.GoAwayAcked, rep.HTTP.GoAwayUnacked)
+		if !answered || rep.HTTP.GoAwayUnacked != 1 {
+			t.Errorf("stream 3 answered %v, %d unacked; want it answered, and the first step unacked", answered, rep.HTTP.GoAwayUnacked)
+		}
+	})
+}

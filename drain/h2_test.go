@@ -34,6 +34,7 @@ type h2Client struct {
 	mu      sync.Mutex // one frame written at a time
 	started bool
 	goAway  []byte // the last GOAWAY's payload
+	noAck   bool   // read acks no PING (a client slow to read them)
 }
 
 // preface sends the client preface and SETTINGS, and reads until the
@@ -80,7 +81,7 @@ func (h *h2Client) read() (h2Frame, error) {
 	case err != nil:
 	case f.typ == h2Settings && f.flags&h2Ack == 0:
 		err = h.write(h2Settings, h2Ack, 0, nil)
-	case f.typ == h2Ping && f.flags&h2Ack == 0:
+	case f.typ == h2Ping && f.flags&h2Ack == 0 && !h.noAck:
 		err = h.write(h2Ping, h2Ack, 0, f.payload) // RFC 9113 section 6.7
 	}
 	return f, err
