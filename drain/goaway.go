@@ -302,16 +302,6 @@ func (c *h2Conn) done() { c.ackOnce.Do(func() { close(c.acked) }) }
 // probeDone ends the wait for the probe's ack.
 func (c *h2Conn) probeDone() { c.probeOnce.Do(func() { close(c.probeAck) }) }
 
-// isDone reports whether the first step is over.
-func (c *h2Conn) isDone() bool {
-	select {
-	case <-c.acked:
-		return true
-	default:
-		return false
-	}
-}
-
 // Write writes net/http's frames, with the first step in between two of them
 // when it is pending.
 func (c *h2Conn) Write(p []byte) (int, error) {
