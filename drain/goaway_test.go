@@ -111,18 +111,8 @@ func streamsAtGoAway(t *testing.T, https bool, round int) {
 		writerDone <- nil
 	}()
 
-	shut := make(chan *drain.Report, 1)
-	startShutdown := func() {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			rep, err := ds.Shutdown(ctx)
-			if err != nil {
-				t.Errorf("shutdown: %v", err)
-			}
-			shut <- rep
-		}()
-	}
+	var shut <-chan *drain.Report
+	startShutdown := func() { shut = shutdownAsync(t, ds) }
 	for started := false; ; {
 		f, err := h.read()
 		mu.Lock()
@@ -362,13 +352,7 @@ func TestHTTP2StreamAfterAck(t *testing.T) {
 				t.Fatal(err)
 			}
 			<-held
-			shut := make(chan error, 1)
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				_, err := ds.Shutdown(ctx)
-				shut <- err
-			}()
+			shut := shutdownAsync(t, ds)
 			var goAways []uint32
 			answered := map[uint32]bool{}
 			sent := false
@@ -398,9 +382,7 @@ func TestHTTP2StreamAfterAck(t *testing.T) {
 				}
 			}
 			c.Close()
-			if err := <-shut; err != nil {
-				t.Errorf("round %d: shutdown: %v", round, err)
-			}
+			<-shut
 			wait()
 			for _, id := range []uint32{3, 5, 7, 9} {
 				if !answered[id] {
@@ -437,16 +419,7 @@ func TestHTTP2SlowClientAfterGoAway(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		shut := make(chan *drain.Report, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			rep, err := ds.Shutdown(ctx)
-			if err != nil {
-				t.Errorf("shutdown: %v", err)
-			}
-			shut <- rep
-		}()
+		shut := shutdownAsync(t, ds)
 		var goAways []uint32
 		answered, opened := false, false
 		for {

@@ -226,16 +226,7 @@ func TestHTTP2FirstRequestLate(t *testing.T) {
 		if err := h.preface(); err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan *drain.Report, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			rep, err := ds.Shutdown(ctx)
-			if err != nil {
-				t.Errorf("shutdown: %v", err)
-			}
-			done <- rep
-		}()
+		done := shutdownAsync(t, ds)
 		waitRefused(t, addr)
 		time.Sleep(20 * time.Millisecond) // the client is late, on purpose
 		err := h.get(1, true)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"golang.org/x/sys/unix"
 )
@@ -106,6 +107,22 @@ func (g *gate) stall(t *testing.T, addr string) net.Conn {
 		t.Fatal("accept loop did not reach the gate")
 	}
 	return c
+}
+
+// shutdownAsync runs ds.Shutdown, bounded by 20 s, in a goroutine; an error
+// fails t. The report comes on the channel.
+func shutdownAsync(t *testing.T, ds *drain.Server) <-chan *drain.Report {
+	reps := make(chan *drain.Report, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		rep, err := ds.Shutdown(ctx)
+		if err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		reps <- rep
+	}()
+	return reps
 }
 
 // serve runs hs.Serve(l) in a goroutine and returns a func that waits for it.
