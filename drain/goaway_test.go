@@ -46,9 +46,7 @@ func streamsAtGoAway(t *testing.T, https bool, round int) {
 	tl := listenTCP(t, "127.0.0.1:0")
 	hs := &http.Server{Handler: named("A"), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert.TLS}}}
 	if !https {
-		hs.Protocols = new(http.Protocols)
-		hs.Protocols.SetHTTP1(true)
-		hs.Protocols.SetUnencryptedHTTP2(true)
+		hs.Protocols = h2cProtocols()
 	}
 	ds := &drain.Server{HTTP: hs}
 	wait := serve(t, func() error {
@@ -336,9 +334,7 @@ func TestHTTP2StreamAfterAck(t *testing.T) {
 					<-release
 				}
 				io.WriteString(w, "A")
-			}), Protocols: new(http.Protocols)}
-			hs.Protocols.SetHTTP1(true)
-			hs.Protocols.SetUnencryptedHTTP2(true)
+			}), Protocols: h2cProtocols()}
 			ds := &drain.Server{HTTP: hs}
 			wait := serve(t, func() error { return ds.Serve(tl) })
 			c := dial(t, tl.Addr().String())
@@ -407,9 +403,7 @@ func TestHTTP2SlowClientAfterGoAway(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
 		tl := listenTCP(t, "127.0.0.1:0")
-		hs := &http.Server{Handler: named("A"), Protocols: new(http.Protocols)}
-		hs.Protocols.SetHTTP1(true)
-		hs.Protocols.SetUnencryptedHTTP2(true)
+		hs := &http.Server{Handler: named("A"), Protocols: h2cProtocols()}
 		ds := &drain.Server{HTTP: hs, NewConnGrace: 500 * time.Millisecond}
 		wait := serve(t, func() error { return ds.Serve(tl) })
 		c := dial(t, tl.Addr().String())

@@ -27,6 +27,15 @@ const (
 	h2EndStream, h2Ack                                           = 1, 1
 )
 
+// h2cProtocols is HTTP/1.1 and HTTP/2 without TLS (h2c), as a server that
+// enables h2c sets http.Server.Protocols.
+func h2cProtocols() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return p
+}
+
 // h2Client is a bare HTTP/2 client, written frame by frame so the test sees
 // exactly what the server sends (net/http's client hides GOAWAY).
 type h2Client struct {
@@ -140,9 +149,7 @@ func http2IdleGoesAway(t *testing.T, https bool) {
 	tl := listenTCP(t, "127.0.0.1:0")
 	hs := &http.Server{Handler: named("A"), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert.TLS}}}
 	if !https {
-		hs.Protocols = new(http.Protocols)
-		hs.Protocols.SetHTTP1(true)
-		hs.Protocols.SetUnencryptedHTTP2(true)
+		hs.Protocols = h2cProtocols()
 	}
 	ds := &drain.Server{HTTP: hs, IdleGrace: 50 * time.Millisecond}
 	wait := serve(t, func() error {
