@@ -15,13 +15,16 @@ import (
 // N succeeded, N failed, N errored, N timeout". Failed counts every stream
 // without a 2xx answer; Errored those of them that failed below HTTP (for
 // example a stream h2load refused itself because a GOAWAY came first);
-// Timeout those whose connection timed out.
+// Timeout those whose connection timed out. Started minus Done is the
+// streams still in flight when a timed run (-D) ended, which h2load counts
+// neither way.
 type H2load struct {
-	Done, Succeeded, Failed, Errored, Timeout int
+	Started, Done, Succeeded, Failed, Errored, Timeout int
 }
 
 // Add adds r's counts to h's.
 func (h *H2load) Add(r H2load) {
+	h.Started += r.Started
 	h.Done += r.Done
 	h.Succeeded += r.Succeeded
 	h.Failed += r.Failed
@@ -30,10 +33,10 @@ func (h *H2load) Add(r H2load) {
 }
 
 func (h H2load) String() string {
-	return fmt.Sprintf("%d done, %d succeeded, %d failed, %d errored, %d timeout", h.Done, h.Succeeded, h.Failed, h.Errored, h.Timeout)
+	return fmt.Sprintf("%d started, %d done, %d succeeded, %d failed, %d errored, %d timeout", h.Started, h.Done, h.Succeeded, h.Failed, h.Errored, h.Timeout)
 }
 
-var h2loadLine = regexp.MustCompile(`requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout`)
+var h2loadLine = regexp.MustCompile(`requests: \d+ total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout`)
 
 // ParseH2load reads h2load's output.
 func ParseH2load(out []byte) (H2load, error) {
@@ -41,11 +44,11 @@ func ParseH2load(out []byte) (H2load, error) {
 	if m == nil {
 		return H2load{}, fmt.Errorf("no requests line in h2load's output %q", out)
 	}
-	var n [5]int
+	var n [6]int
 	for i := range n {
 		n[i], _ = strconv.Atoi(string(m[i+1]))
 	}
-	return H2load{n[0], n[1], n[2], n[3], n[4]}, nil
+	return H2load{n[0], n[1], n[2], n[3], n[4], n[5]}, nil
 }
 
 // H2loadPath is h2load's path; it fails tb if h2load is not installed.

@@ -85,7 +85,7 @@ func TestRunPattern(t *testing.T) {
 func TestParseH2load(t *testing.T) {
 	out := []byte("finished in 2.00s, 9000.00 req/s, 1.2MB/s\nrequests: 18050 total, 18178 started, 18050 done, 18038 succeeded, 12 failed, 12 errored, 0 timeout\nstatus codes: 18038 2xx\n")
 	got, err := ParseH2load(out)
-	if want := (H2load{Done: 18050, Succeeded: 18038, Failed: 12, Errored: 12}); err != nil || got != want {
+	if want := (H2load{Started: 18178, Done: 18050, Succeeded: 18038, Failed: 12, Errored: 12}); err != nil || got != want {
 		t.Errorf("ParseH2load = %+v, %v; want %+v", got, err, want)
 	}
 	if _, err := ParseH2load([]byte("no requests here")); err == nil {

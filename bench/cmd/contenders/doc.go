@@ -71,6 +71,20 @@
 // another connection). The nginx contenders and zd-systemd-pid1 have no TLS
 // mode and are skipped. results.md names the mode in its header.
 //
+// With -h2load the HTTP/2 load is h2load's (nghttp2-client, a client nobody
+// here wrote) instead of net/http's Transport: h2load never retries a stream
+// and ends a connection at its first GOAWAY, so it cannot run across many
+// restarts. One h2load run of 500 ms straddles each restart instead, begun
+// 200 ms before it (-c c/h2-streams connections, -m h2-streams streams each,
+// one thread), and -period separates the end of a run from the next; there
+// is no steady load in between, so no latency table. results.md adds a table
+// of h2load's counts summed over the runs: streams done, failed (no 2xx
+// answer), errored (failed below HTTP: refused, or above a GOAWAY's last
+// stream id), timeout, the restarts whose run failed a stream, and the
+// streams still in flight when a run's time was up (started - done, counted
+// neither way by h2load). Each run's JSON keeps the output of its first
+// failing h2load run.
+//
 // With -post every request is a POST of a few bytes that net/http cannot
 // replay (load.Config.Post: GetBody nil, the body a plain io.Reader, as one
 // streamed from a file is), with -h2 above all: Go's Transport then cannot

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -67,6 +68,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.base.TLS, "tls", false, "serve and load HTTPS (TLS, HTTP/1.1 from the load; a handshake per request unless -keepalive)")
 	fs.BoolVar(&o.base.HTTP2, "h2", false, "load HTTP/2 over TLS (net/http's Transport, -h2-streams workers per connection); implies -tls")
 	fs.IntVar(&o.base.StreamsPerConn, "h2-streams", 8, "with -h2: workers sharing each HTTP/2 connection")
+	fs.BoolVar(&o.base.H2load, "h2load", false, "load HTTP/2 with h2load (nghttp2, never retries) instead of net/http's Transport, one h2load run per restart; implies -h2")
 	fs.BoolVar(&o.base.Post, "post", false, "every request a small POST net/http cannot replay (GetBody nil) instead of a GET; not with -pool, which always POSTs")
 	fs.Float64Var(&o.base.Rate, "rate", 0, "open loop: this many requests per second (0: closed loop)")
 	fs.IntVar(&o.base.Pool, "pool", 0, "a sparse keep-alive pool of this many clients, each on one connection of its own, instead of -c")
@@ -76,6 +78,15 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.base.Pool < 0 || o.base.Pool > 0 && (o.base.Rate > 0 || o.base.Post) {
 		return o, errors.New("-pool must not be negative, nor set with -rate or -post")
+	}
+	if o.base.H2load {
+		if o.base.Post || o.base.Rate > 0 {
+			return o, errors.New("-h2load: h2load sends GETs in a closed loop; not with -post or -rate")
+		}
+		if _, err := exec.LookPath("h2load"); err != nil {
+			return o, fmt.Errorf("-h2load needs h2load (apt-get install nghttp2-client): %w", err)
+		}
+		o.base.HTTP2 = true
 	}
 	if o.base.HTTP2 {
 		if o.base.Pool > 0 || o.base.StreamsPerConn < 1 {

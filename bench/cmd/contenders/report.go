@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/load"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"golang.org/x/sys/unix"
 )
@@ -51,11 +52,17 @@ type summary struct {
 	// HTTP2 marks the runs of HTTP/2 load; Retried counts the requests
 	// net/http's Transport sent more than once (a stream refused or above a
 	// GOAWAY's last stream id, sent again on another connection).
-	HTTP2         bool     `json:"http2,omitempty"`
-	Retried       int64    `json:"retried"`
-	RetriedPerRep []int64  `json:"retried_per_rep"`
-	Skipped       string   `json:"skipped,omitempty"`
-	Errors        []string `json:"errors,omitempty"`
+	HTTP2         bool    `json:"http2,omitempty"`
+	Retried       int64   `json:"retried"`
+	RetriedPerRep []int64 `json:"retried_per_rep"`
+	// H2load marks the runs loaded by h2load (Requests and Failed are then
+	// its done and failed streams); H2loadTotal sums its request lines,
+	// FailingRestarts counts the restarts whose h2load run failed a stream.
+	H2load          bool             `json:"h2load,omitempty"`
+	H2loadTotal     netnstest.H2load `json:"h2load_total"`
+	FailingRestarts int              `json:"failing_restarts,omitempty"`
+	Skipped         string           `json:"skipped,omitempty"`
+	Errors          []string         `json:"errors,omitempty"`
 }
 
 // summarize groups runs by contender and concurrency, in the order they ran.
@@ -98,6 +105,15 @@ func (s *summary) add(r runResult) {
 	c.ListenDrops += d.ListenDrops
 	c.OutRsts += d.OutRsts
 	c.EstabResets += d.EstabResets
+	if h := r.H2load; h != nil {
+		s.H2load = true
+		s.H2loadTotal.Add(h.Total)
+		s.FailingRestarts += len(h.Failing)
+		s.Requests += int64(h.Total.Done)
+		s.Failed += int64(h.Total.Failed)
+		s.FailedPerRep = append(s.FailedPerRep, int64(h.Total.Failed))
+		return
+	}
 	if r.Load == nil {
 		return
 	}
@@ -120,10 +136,13 @@ func (s *summary) finish(runs []runResult) {
 	var f [6][]float64
 	var took []float64
 	for _, r := range runs {
-		if r.Spec.Contender != s.Contender || r.Spec.Concurrency != s.Concurrency || r.Load == nil {
+		if r.Spec.Contender != s.Contender || r.Spec.Concurrency != s.Concurrency {
 			continue
 		}
 		took = append(took, r.RestartMS...)
+		if r.Load == nil {
+			continue
+		}
 		l := r.Load
 		for i, v := range []float64{l.P50MSSteady, l.P99MSSteady, l.MaxMSSteady,
 			l.P50MSRestart, l.P99MSRestart, l.MaxMSRestart} {
@@ -173,6 +192,7 @@ func writeMarkdown(w io.Writer, rows []summary) {
 	}
 	writePool(w, rows)
 	writeHTTP2(w, rows)
+	writeH2load(w, rows)
 	fmt.Fprintln(w, "\nKernel counters, deltas summed over the repetitions (each run in its own namespace):")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| contender | c | MigrateReqSuccess | MigrateReqFailure | ListenOverflows | ListenDrops | Tcp.OutRsts | Tcp.EstabResets |")
@@ -225,8 +245,20 @@ func writeHTTP2(w io.Writer, rows []summary) {
 		})
 }
 
+// writeH2load writes the table of the h2load runs, if any.
+func writeH2load(w io.Writer, rows []summary) {
+	writeExtra(w, rows, func(s summary) bool { return s.H2load },
+		"h2load, one run per restart (h2load never retries; failed = streams without a 2xx answer, errored = those that failed below HTTP, such as a stream refused or above a GOAWAY's last stream id; in flight at the end = started - done, streams still open when a run's time was up, counted neither way):",
+		"| contender | c | restarts | streams done | failed (per rep) | errored | timeout | restarts with a failed stream | in flight at the end |",
+		func(s summary) string {
+			h := s.H2loadTotal
+			return fmt.Sprintf("| %s | %d | %d | %d | %d (%s) | %d | %d | %d | %d |", s.Contender, s.Concurrency, s.Restarts,
+				h.Done, h.Failed, joinInts(s.FailedPerRep), h.Errored, h.Timeout, s.FailingRestarts, h.Started-h.Done)
+		})
+}
+
 // writeExtra writes a table of the rows that ran and that pick selects, if
-// any: intro, then the header line (of six columns), then a line per row.
+// any: intro, then the header line, then a line per row.
 func writeExtra(w io.Writer, rows []summary, pick func(summary) bool, intro, header string, line func(summary) string) {
 	head := false
 	for _, s := range rows {
@@ -235,7 +267,8 @@ func writeExtra(w io.Writer, rows []summary, pick func(summary) bool, intro, hea
 		}
 		if !head {
 			head = true
-			fmt.Fprintf(w, "\n%s\n\n%s\n|---|---|---|---|---|---|\n", intro, header)
+			cols := strings.Count(header, "|") - 1
+			fmt.Fprintf(w, "\n%s\n\n%s\n|%s\n", intro, header, strings.Repeat("---|", cols))
 		}
 		fmt.Fprintln(w, line(s))
 	}
@@ -294,6 +327,13 @@ func progressLine(r runResult) string {
 	switch {
 	case r.Skipped != "":
 		return head + " skipped: " + r.Skipped
+	case r.H2load != nil:
+		line := fmt.Sprintf("%s %d restarts (median %.0f ms), h2load %v, %d restarts with a failed stream",
+			head, r.Restarts, median(r.RestartMS), r.H2load.Total, len(r.H2load.Failing))
+		if r.Error != "" {
+			line += "; error: " + r.Error
+		}
+		return line
 	case r.Load == nil:
 		return head + " error: " + r.Error
 	}

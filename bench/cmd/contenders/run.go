@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"time"
 
@@ -39,8 +40,12 @@ type runSpec struct {
 	StreamsPerConn int  `json:"streams_per_conn,omitempty"`
 	// Post makes every request a small POST net/http cannot replay
 	// (load.Config.Post).
-	Post bool    `json:"post,omitempty"`
-	Rate float64 `json:"rate,omitempty"` // open loop: requests per second
+	Post bool `json:"post,omitempty"`
+	// H2load loads HTTP/2 with h2load instead of net/http's Transport: one
+	// h2load run per restart (scheduleH2load), Concurrency streams on
+	// Concurrency/StreamsPerConn connections.
+	H2load bool    `json:"h2load,omitempty"`
+	Rate   float64 `json:"rate,omitempty"` // open loop: requests per second
 	// Pool, when positive, is the number of clients of a sparse keep-alive
 	// pool (load.Config.Pool), each sending at intervals in [PoolMin,
 	// PoolMax]; Concurrency then equals it.
@@ -68,6 +73,9 @@ func (s runSpec) connMode() string {
 		return fmt.Sprintf("HTTPS (TLS), sparse keep-alive pool of %d clients", s.Pool)
 	case s.Pool > 0:
 		return fmt.Sprintf("plain HTTP/1.1, sparse keep-alive pool of %d clients", s.Pool)
+	case s.H2load:
+		return fmt.Sprintf("HTTP/2 over TLS (ALPN h2), h2load (nghttp2), which never retries: one %v run per restart, begun %v before it, %d streams per connection",
+			h2loadRun, h2loadLead, s.StreamsPerConn)
 	case s.HTTP2:
 		return fmt.Sprintf("HTTP/2 over TLS (ALPN h2), net/http's Transport, %d workers' streams per connection", s.StreamsPerConn)
 	case s.TLS && !s.KeepAlive:
@@ -93,6 +101,7 @@ type runResult struct {
 	RestartMS []float64          `json:"restart_ms"`
 	Counters  reuseport.Counters `json:"counters"` // deltas over the run
 	Load      *load.Result       `json:"load,omitempty"`
+	H2load    *h2loadResult      `json:"h2load,omitempty"` // instead of Load, with -h2load
 	Skipped   string             `json:"skipped,omitempty"`
 	Error     string             `json:"error,omitempty"`
 }
@@ -173,6 +182,9 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	if err := c.start(ctx, env); err != nil {
 		return fmt.Errorf("%s: start: %w", sp.name, err)
 	}
+	if s.H2load {
+		return measureH2load(ctx, c, res, url)
+	}
 	g, err := load.New(load.Config{URL: url, TLS: clientTLS, HTTP2: s.HTTP2, StreamsPerConn: s.StreamsPerConn, Post: s.Post,
 		Concurrency: s.Concurrency, Rate: s.Rate, Duration: s.maxDuration(), Timeout: s.Timeout,
 		KeepAlive: s.KeepAlive, Header: "X-Generation", Window: s.Window, Pool: s.Pool, PoolMin: s.PoolMin, PoolMax: s.PoolMax})
@@ -209,6 +221,26 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 		}
 	}
 	return nil
+}
+
+// measureH2load restarts the started contender c under h2load
+// (scheduleH2load), then stops it.
+func measureH2load(ctx context.Context, c contender, res *runResult, url string) error {
+	path, err := exec.LookPath("h2load")
+	if err != nil {
+		c.stop(ctx)
+		return fmt.Errorf("-h2load needs h2load (apt-get install nghttp2-client): %w", err)
+	}
+	before, err := reuseport.ReadCounters()
+	if err != nil {
+		c.stop(ctx)
+		return err
+	}
+	took, h, rerr := scheduleH2load(ctx, res.Spec, c, path, url)
+	after, cerr := reuseport.ReadCounters()
+	serr := c.stop(ctx)
+	res.Restarts, res.RestartMS, res.H2load, res.Counters = len(took), took, h, after.Sub(before)
+	return errors.Join(rerr, cerr, serr)
 }
 
 // schedule waits s.Lead, restarts c s.Restarts times, waiting s.Period after

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -221,4 +223,44 @@ func TestRunTLS(t *testing.T) {
 			t.Errorf("nginx with TLS: %+v, want skipped", res)
 		}
 	})
+}
+
+// The -h2load mode, briefly: h2load (nghttp2, which never retries) runs
+// across each restart, and zerodrop's two strategies fail no stream; the
+// figures reach the summary table.
+func TestRunH2load(t *testing.T) {
+	for _, name := range []string{"zd-handoff", "zd-drain", "naive"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+				netnstest.H2loadPath(t)
+				s := runSpec{Contender: name, Concurrency: 16, Rep: 1, Restarts: 4, Period: 100 * time.Millisecond,
+					TLS: true, HTTP2: true, H2load: true, StreamsPerConn: 4}
+				logs, err := os.CreateTemp(t.TempDir(), "workers")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer logs.Close()
+				res := runOne(t.Context(), s, logs)
+				if res.Error != "" || res.H2load == nil {
+					out, _ := os.ReadFile(logs.Name())
+					t.Fatalf("run: %s; workers said:\n%s", res.Error, out)
+				}
+				h := res.H2load
+				t.Logf("%d restarts: h2load %v; %d runs failed a stream", res.Restarts, h.Total, len(h.Failing))
+				if res.Restarts != 4 || len(res.RestartMS) != 4 || h.Connections != 4 || h.Streams != 4 || h.Total.Succeeded < 100 {
+					t.Errorf("%d restarts (%d timed), h2load -c %d -m %d, %d succeeded; want 4, 4, -c 4 -m 4, 100 or more",
+						res.Restarts, len(res.RestartMS), h.Connections, h.Streams, h.Total.Succeeded)
+				}
+				if name != "naive" && (h.Total.Failed != 0 || len(h.Failing) != 0) {
+					t.Errorf("%s: h2load %v, failing runs %+v; want no stream failed", name, h.Total, h.Failing)
+				}
+				var md strings.Builder
+				writeMarkdown(&md, summarize([]runResult{res}))
+				if row := fmt.Sprintf("| %s | 16 | 4 | %d | %d (%d) |", name, h.Total.Done, h.Total.Failed, h.Total.Failed); !strings.Contains(md.String(), row) {
+					t.Errorf("results.md has no h2load row %q:\n%s", row, md.String())
+				}
+			})
+		})
+	}
 }
