@@ -226,10 +226,12 @@ func TestRunTLS(t *testing.T) {
 }
 
 // The -h2load mode, briefly: h2load (nghttp2, which never retries) runs
-// across each restart, and zerodrop's two strategies fail no stream; the
-// figures reach the summary table.
+// across each restart of zerodrop's two strategies and of two that end
+// their connections with net/http's single GOAWAY (naive and tableflip,
+// whose losses are not asserted: a few restarts may lose nothing).
+// zerodrop's fail no stream; the figures reach the summary table.
 func TestRunH2load(t *testing.T) {
-	for _, name := range []string{"zd-handoff", "zd-drain", "naive"} {
+	for _, name := range []string{"zd-handoff", "zd-drain", "naive", "tableflip"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
@@ -252,7 +254,7 @@ func TestRunH2load(t *testing.T) {
 					t.Errorf("%d restarts (%d timed), h2load -c %d -m %d, %d succeeded; want 4, 4, -c 4 -m 4, 100 or more",
 						res.Restarts, len(res.RestartMS), h.Connections, h.Streams, h.Total.Succeeded)
 				}
-				if name != "naive" && (h.Total.Failed != 0 || len(h.Failing) != 0) {
+				if strings.HasPrefix(name, "zd-") && (h.Total.Failed != 0 || len(h.Failing) != 0) {
 					t.Errorf("%s: h2load %v, failing runs %+v; want no stream failed", name, h.Total, h.Failing)
 				}
 				var md strings.Builder
