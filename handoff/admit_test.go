@@ -1,13 +1,16 @@
 package handoff
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 )
 
@@ -270,4 +273,92 @@ func TestAdmitAcceptOrder(t *testing.T) {
 			t.Fatalf("after %d newcomers accepted after the successor, it is evicted: %v", i+1, gone)
 		}
 	}
+}
+
+// A successor that arrives while the handoff server holds 64 conversations
+// none of which may give way (each one's hello queued, its goroutine not yet
+// reading: a burst of observers on a loaded machine) is told busy; it dials
+// again, with backoff, within its Config.Timeout, and inherits once the burst
+// is answered. Before, New failed at the first "busy".
+func TestBusySuccessorRetries(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		path := handoffPath(t)
+		old := mustReady(t, Config{Path: path, Timeout: time.Minute}, 1)
+		defer old.Close()
+		release := make(chan struct{})
+		admitted := make(chan struct{}, maxConversations+8)
+		testHookAdmitted = func() { admitted <- struct{}{}; <-release }
+		defer func() { testHookAdmitted = nil }()
+		hello, err := encodeFrame(helloFrame(roleObserver, 0, true, true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range maxConversations {
+			nc, err := net.Dial("unix", path)
+			if err != nil {
+				t.Fatalf("observer %d: %v", i, err)
+			}
+			defer nc.Close()
+			if _, err := nc.Write(hello); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range maxConversations {
+			select {
+			case <-admitted:
+			case <-time.After(10 * time.Second):
+				close(release)
+				t.Fatalf("%d of %d observers admitted after 10 s", i, maxConversations)
+			}
+		}
+		// Busy for longer than a successor's Timeout: it gives up then,
+		// with the last "busy" and the deadline.
+		start := time.Now()
+		if u, err := New(t.Context(), Config{Path: path, Timeout: 300 * time.Millisecond}); err == nil {
+			u.Close()
+			close(release)
+			t.Fatal("New inherited while every place was taken")
+		} else if !errors.Is(err, ErrBusy) || !errors.Is(err, context.DeadlineExceeded) || time.Since(start) < 300*time.Millisecond {
+			close(release)
+			t.Fatalf("New with Timeout 300ms, busy throughout: %v after %v; want ErrBusy and context.DeadlineExceeded, after 300 ms", err, time.Since(start))
+		}
+		core, logs := observer.New(zap.InfoLevel)
+		type made struct {
+			u   *Upgrader
+			err error
+		}
+		done := make(chan made, 1)
+		go func() {
+			u, err := New(t.Context(), Config{Path: path, Timeout: 10 * time.Second, Logger: zap.New(core)})
+			done <- made{u, err}
+		}()
+		// Told busy at least once (the observers hold every place), then
+		// the observers are answered and leave.
+		var m made
+		for end := time.Now().Add(10 * time.Second); logs.FilterField(zap.String("event", "handoff.busy_retry")).Len() == 0; time.Sleep(5 * time.Millisecond) {
+			select {
+			case m = <-done:
+				close(release)
+				t.Fatalf("New returned before the observers were answered: %v; want it to retry", m.err)
+			default:
+			}
+			if time.Now().After(end) {
+				close(release)
+				t.Fatalf("no handoff.busy_retry logged within 10 s; logged: %v", logs.All())
+			}
+		}
+		close(release)
+		select {
+		case m = <-done:
+		case <-time.After(15 * time.Second):
+			t.Fatal("New still running 15 s after the observers were released")
+		}
+		if m.err != nil {
+			t.Fatalf("successor refused busy, then the burst was answered: New = %v; want it to inherit", m.err)
+		}
+		defer m.u.Close()
+		if m.u.Generation() != 2 {
+			t.Errorf("successor's generation %d, want 2 (inherited)", m.u.Generation())
+		}
+	})
 }

@@ -243,7 +243,10 @@
 // queue, never does, whatever its goroutine is doing, so stalled connections
 // cannot starve a successor: it sends its hello as it connects, and could
 // give way only if 64 newcomers accepted after it were admitted before its
-// bytes arrived. A peer that sends part of a frame and stops is protected
+// bytes arrived. A successor told "busy" dials again, after 5 ms doubling
+// to 200 ms, until its Config.Timeout (logged as handoff.busy_retry); New
+// then fails with the last ErrBusy, which also matches
+// context.DeadlineExceeded. A peer that sends part of a frame and stops is protected
 // only until the server has read those bytes (it then waits, idle), and its
 // read ends at the Timeout if nobody takes its place. A failed accept (a full
 // fd table: EMFILE, ENFILE, ENOBUFS...) is logged (handoff.accept_error) and retried

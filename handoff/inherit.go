@@ -168,6 +168,16 @@ func refusedKey(f *frame) string {
 // maxRedials bounds how often connect dials again after a hang-up.
 const maxRedials = 5
 
+// A predecessor that answers "busy" (ErrBusy: its conversations are all
+// taken, say by a burst of observers) is dialled again after busyDelay,
+// doubling up to busyMaxDelay, at most maxBusyRetries times and within the
+// dial's deadline (Config.Timeout).
+const (
+	busyDelay      = 5 * time.Millisecond
+	busyMaxDelay   = 200 * time.Millisecond
+	maxBusyRetries = 200
+)
+
 // connect inherits from whoever serves Path. A predecessor that hangs up
 // before the transfer completes (it died, or it was stopping because it had
 // just handed over to another successor) is dialled again: if its handoff
@@ -175,13 +185,31 @@ const maxRedials = 5
 // Only a path that refuses (no live holder) makes New start fresh (fresh is
 // true); the last hang-up is kept as FallbackReason. A path that still
 // answers after maxRedials+1 hang-ups is an error, never a second lineage.
+// A predecessor that says "busy" is dialled again (see busyDelay) until
+// the dial's deadline; the error then is the last "busy".
 func (h *handshake) connect(ctx, dctx context.Context) (fresh bool, err error) {
+	busy, delay := 0, busyDelay
 	for i := 0; ; i++ {
 		nc, ok, err := dial(dctx, h.cfg.Path)
 		if err != nil || !ok {
 			return err == nil, err
 		}
 		err = h.inherit(ctx, nc)
+		if errors.Is(err, ErrBusy) && busy < maxBusyRetries {
+			busy++
+			h.log.Warn("predecessor busy; dialling the handoff socket again", zap.String("event", "handoff.busy_retry"),
+				zap.Int("attempt", busy), zap.Duration("after", delay), zap.Error(err))
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+				delay = min(2*delay, busyMaxDelay)
+				i--
+				continue
+			case <-dctx.Done():
+				t.Stop()
+				return false, fmt.Errorf("%w; told busy %d times, until: %w", err, busy, dctx.Err())
+			}
+		}
 		var rk refusedKeyError
 		if errors.As(err, &rk) {
 			// An older predecessor: say hello as its release does (once

@@ -15,6 +15,10 @@ import (
 	"go.uber.org/zap"
 )
 
+// testHookAdmitted, if set by a test, runs in each conversation admitted,
+// before it reads the hello.
+var testHookAdmitted func()
+
 // testHookBatchSent, if set by a test, runs after each batch of fds is sent.
 var testHookBatchSent func(first int)
 
@@ -227,6 +231,9 @@ func (s *server) handle(nc *net.UnixConn, accepted time.Time) {
 	}
 	if err == nil {
 		defer s.leave(c)
+		if testHookAdmitted != nil {
+			testHookAdmitted()
+		}
 		err = s.converse(c, log)
 	}
 	if c.state.Load() == evicted {
