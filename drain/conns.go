@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/zerodrop/zerodrop/internal/linux"
 )
 
 // connInfo is what the tracker knows of one connection.
@@ -227,7 +229,7 @@ func (t *tracker) begin() (active int) {
 func (t *tracker) busy(now, from time.Time, grace time.Duration) (n int, next time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, ci := range t.conns {
+	for c, ci := range t.conns {
 		if ci.state == http.StateActive {
 			n++
 			continue
@@ -250,6 +252,10 @@ func (t *tracker) busy(now, from time.Time, grace time.Duration) (n int, next ti
 			continue
 		}
 		if !ci.fresh() {
+			continue
+		}
+		if unread(c) {
+			n++ // its request (or ClientHello) came: the server's to read
 			continue
 		}
 		shook := ci.shook.Load()
@@ -299,12 +305,13 @@ func (t *tracker) wait(ctx context.Context, grace time.Duration) error {
 }
 
 // closeSilent closes the connections that never sent a request (a client's
-// spare connection); net/http's Shutdown would wait 5 s for each.
+// spare connection); net/http's Shutdown would wait 5 s for each. One whose
+// request has just come (unread) is left to net/http, which serves it.
 func (t *tracker) closeSilent() int {
 	t.mu.Lock()
 	var silent []net.Conn
 	for c, ci := range t.conns {
-		if ci.state == http.StateNew && !ci.resumed {
+		if ci.state == http.StateNew && !ci.resumed && !unread(c) {
 			silent = append(silent, c)
 		}
 	}
@@ -313,6 +320,20 @@ func (t *tracker) closeSilent() int {
 		c.Close()
 	}
 	return len(silent)
+}
+
+// unread says whether bytes wait in c's receive queue that net/http has not
+// read: a connection in StateNew with a request (or a ClientHello) there is
+// no silent client, only one the server is slow to read, as an overloaded
+// server's starved goroutine is. Not knowing (an error: the socket is
+// closed) is false.
+func unread(c net.Conn) bool {
+	sc, ok := rawConn(c).(syscall.Conn)
+	if !ok {
+		return false
+	}
+	n, err := linux.Unread(sc)
+	return err == nil && n > 0
 }
 
 // closeDue reports whether a response of ci begun at now says Connection:

@@ -57,9 +57,13 @@ type Server struct {
 	// NewConnGrace is how long Shutdown waits, once the listener has
 	// stopped, for the first request of connections that were accepted but
 	// have sent nothing; then it closes them (a client's spare connection
-	// would otherwise hold net/http's Shutdown for 5 s). For a TLS
-	// connection whose ClientHello the server is still answering, it runs
-	// from the answer (see "TLS and HTTP/2" in the package doc). Default 1 s.
+	// would otherwise hold net/http's Shutdown for 5 s). A connection whose
+	// request (or ClientHello) waits unread in its receive queue has sent
+	// something: it waits, bounded by Shutdown's context, for net/http to
+	// read it (on an overloaded server its goroutine may not have run yet).
+	// For a TLS connection whose ClientHello the server is still answering,
+	// the grace runs from the answer (see "TLS and HTTP/2" in the package
+	// doc). Default 1 s.
 	NewConnGrace time.Duration
 	// Hijacked, if set, is called once for every hijacked connection (for
 	// example a WebSocket) still open when the listener has stopped, so its

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,4 +97,62 @@ func getOn(c net.Conn) string {
 		return "body: " + err.Error()
 	}
 	return string(b)
+}
+
+// TestUnreadRequestAtStop: a plain client has sent its request when the
+// listener stops, but the server has not read it yet: its connection's
+// goroutine is held 300 ms before its first read (here by the context
+// ConnContext gives it, whose Done blocks; on an overloaded server a
+// starved goroutine does the same), longer than NewConnGrace (50 ms). The
+// request sits in the connection's receive queue, so the connection is not
+// silent: it is served. Before, the drain closed it as silent at 50 ms, its
+// request unread.
+func TestUnreadRequestAtStop(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		entered := make(chan struct{}, 1)
+		tl := listenTCP(t, "127.0.0.1:0")
+		hs := &http.Server{Handler: named("A"), ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			return &heldContext{Context: ctx, entered: entered, hold: 300 * time.Millisecond}
+		}}
+		ds := &drain.Server{HTTP: hs, NewConnGrace: 50 * time.Millisecond}
+		wait := serve(t, func() error { return ds.Serve(tl) })
+
+		c := dial(t, tl.Addr().String())
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		answer := make(chan string, 1)
+		go func() { answer <- getOn(c) }()
+		<-entered // accepted; its request written (loopback: queued at once) or about to be
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		rep, err := ds.Shutdown(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		wait()
+		a := strings.TrimSpace(<-answer)
+		c.Close()
+		t.Logf("answer %q; report: silent closed %d, completed %d", a, rep.HTTP.SilentClosed, rep.HTTP.Completed)
+		if a != "A" || rep.HTTP.SilentClosed != 0 {
+			t.Errorf("answer %q, %d closed as silent; want A, none closed", a, rep.HTTP.SilentClosed)
+		}
+	})
+}
+
+// heldContext is a connection's context whose first Done call, which
+// net/http's connection goroutine makes before it reads (context.WithCancel),
+// signals entered and blocks for hold.
+type heldContext struct {
+	context.Context
+	entered chan<- struct{}
+	hold    time.Duration
+	once    sync.Once
+}
+
+func (c *heldContext) Done() <-chan struct{} {
+	c.once.Do(func() {
+		c.entered <- struct{}{}
+		time.Sleep(c.hold)
+	})
+	return c.Context.Done()
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"golang.org/x/sys/unix"
 )
 
@@ -172,17 +173,7 @@ func (c *conn) peerCred() (*unix.Ucred, error) {
 }
 
 // queued is how many bytes wait in c's receive queue (SIOCINQ).
-func (c *conn) queued() (int, error) {
-	var n int
-	var ierr error
-	if err := c.rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
-		return 0, err
-	}
-	if ierr != nil {
-		return 0, os.NewSyscallError("ioctl SIOCINQ", ierr)
-	}
-	return n, nil
-}
+func (c *conn) queued() (int, error) { return linux.Unread(c.c) }
 
 // send writes one frame, with fds attached when given.
 func (c *conn) send(f *frame, fds []int) error {

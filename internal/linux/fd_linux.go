@@ -22,6 +22,20 @@ func Control(c syscall.Conn, f func(fd int) error) error {
 	return ferr
 }
 
+// Unread is how many bytes wait in the socket's receive queue, not yet read
+// by its owner (SIOCINQ).
+func Unread(c syscall.Conn) (int, error) {
+	var n int
+	err := Control(c, func(fd int) error {
+		var err error
+		if n, err = unix.IoctlGetInt(fd, unix.SIOCINQ); err != nil {
+			return os.NewSyscallError("ioctl SIOCINQ", err)
+		}
+		return nil
+	})
+	return n, err
+}
+
 // LinkUp sets IFF_UP on an interface of the calling thread's network namespace
 // (lo starts down in a new namespace).
 func LinkUp(name string) error {
