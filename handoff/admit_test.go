@@ -287,8 +287,9 @@ func TestBusySuccessorRetries(t *testing.T) {
 		defer old.Close()
 		release := make(chan struct{})
 		admitted := make(chan struct{}, maxConversations+8)
-		testHookAdmitted = func() { admitted <- struct{}{}; <-release }
-		defer func() { testHookAdmitted = nil }()
+		hook := func() { admitted <- struct{}{}; <-release }
+		testHookAdmitted.Store(&hook)
+		defer testHookAdmitted.Store(nil)
 		hello, err := encodeFrame(helloFrame(roleObserver, 0, true, true))
 		if err != nil {
 			t.Fatal(err)

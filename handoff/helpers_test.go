@@ -77,11 +77,13 @@ func app(base int) error {
 	ctx := context.Background()
 	mode := os.Getenv(envMode)
 	if mode == "pause" {
-		testHookBatchSent = func(int) { fmt.Println("paused"); time.Sleep(time.Hour) }
+		hook := func(int) { fmt.Println("paused"); time.Sleep(time.Hour) }
+		testHookBatchSent.Store(&hook)
 	}
 	if mode == "gate" { // hold each batch until the test writes a line (or closes stdin)
 		in := bufio.NewReader(os.Stdin)
-		testHookBatchSent = func(int) { fmt.Println("paused"); in.ReadString('\n') }
+		hook := func(int) { fmt.Println("paused"); in.ReadString('\n') }
+		testHookBatchSent.Store(&hook)
 	}
 	if os.Getenv(envWait) != "" { // started early: wait for the go
 		fmt.Println("started")

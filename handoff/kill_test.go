@@ -183,8 +183,9 @@ func TestTwoSuccessors(t *testing.T) {
 		old := mustReady(t, Config{Path: path}, 1)
 		defer old.Close()
 		hold, release := make(chan int, 1), make(chan struct{})
-		testHookBatchSent = func(first int) { hold <- first; <-release }
-		defer func() { testHookBatchSent = nil }()
+		hook := func(first int) { hold <- first; <-release }
+		testHookBatchSent.Store(&hook)
+		defer testHookBatchSent.Store(nil)
 		type result struct {
 			u   *Upgrader
 			err error

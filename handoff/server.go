@@ -16,11 +16,13 @@ import (
 )
 
 // testHookAdmitted, if set by a test, runs in each conversation admitted,
-// before it reads the hello.
-var testHookAdmitted func()
+// before it reads the hello. Atomic: a test sets it while the server's
+// goroutines run, ordered with them only by the socket, which the race
+// detector does not see.
+var testHookAdmitted atomic.Pointer[func()]
 
 // testHookBatchSent, if set by a test, runs after each batch of fds is sent.
-var testHookBatchSent func(first int)
+var testHookBatchSent atomic.Pointer[func(first int)]
 
 // serverConfig is what the handoff server is given by its Upgrader when it
 // is made: settings, and callbacks in place of a reference to the Upgrader.
@@ -231,8 +233,8 @@ func (s *server) handle(nc *net.UnixConn, accepted time.Time) {
 	}
 	if err == nil {
 		defer s.leave(c)
-		if testHookAdmitted != nil {
-			testHookAdmitted()
+		if hook := testHookAdmitted.Load(); hook != nil {
+			(*hook)()
 		}
 		err = s.converse(c, log)
 	}
@@ -353,8 +355,8 @@ func (s *server) transfer(c *conn, h, hello *frame, log *zap.Logger, res *Result
 		if err := c.send(&frame{Type: typeFDs, First: first, Count: len(fds)}, fds); err != nil {
 			return err
 		}
-		if testHookBatchSent != nil {
-			testHookBatchSent(first)
+		if hook := testHookBatchSent.Load(); hook != nil {
+			(*hook)(first)
 		}
 		a, _, err := c.recv(0)
 		if err == nil {
