@@ -181,14 +181,20 @@ func writeMarkdown(w io.Writer, rows []summary) {
 			fmt.Fprintf(w, "| %s | %d | skipped: %s ||||||||\n", s.Contender, s.Concurrency, s.Skipped)
 			continue
 		}
-		ratio := "-"
+		// h2load's runs measure no latency of ours: no steady load, no buckets.
+		steady, around, ratio, classes := "-", "-", "-", classList(s.FailedByClass)
+		if s.H2load {
+			classes = h2loadClasses(s.H2loadTotal)
+		} else {
+			steady = fmt.Sprintf("%.2f / %.2f / %.1f", s.P50Steady, s.P99Steady, s.MaxSteady)
+			around = fmt.Sprintf("%.2f / %.2f / %.1f", s.P50Restart, s.P99Restart, s.MaxRestart)
+		}
 		if s.P99Steady > 0 {
 			ratio = fmt.Sprintf("%.2f", s.P99Restart/s.P99Steady)
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %.0f / %.0f | %d | %d (%s) | %s | %.2f / %.2f / %.1f | %.2f / %.2f / %.1f | %s |\n",
+		fmt.Fprintf(w, "| %s | %d | %d | %.0f / %.0f | %d | %d (%s) | %s | %s | %s | %s |\n",
 			s.Contender, s.Concurrency, s.Restarts, s.RestartMS, s.RestartMSMax, s.Requests, s.Failed, joinInts(s.FailedPerRep),
-			classList(s.FailedByClass), s.P50Steady, s.P99Steady, s.MaxSteady,
-			s.P50Restart, s.P99Restart, s.MaxRestart, ratio)
+			classes, steady, around, ratio)
 	}
 	writePool(w, rows)
 	writeHTTP2(w, rows)
@@ -280,6 +286,24 @@ func joinInts(v []int64) string {
 		s[i] = fmt.Sprint(n)
 	}
 	return strings.Join(s, "/")
+}
+
+// h2loadClasses is classList for h2load's counts: of its failed streams,
+// those that failed below HTTP (errored, a subset of failed) and those
+// answered with a status that is not a success. Its timeouts are in the
+// h2load table.
+func h2loadClasses(h netnstest.H2load) string {
+	var s []string
+	if h.Errored > 0 {
+		s = append(s, fmt.Sprintf("errored %d", h.Errored))
+	}
+	if n := h.Failed - h.Errored; n > 0 {
+		s = append(s, fmt.Sprintf("status %d", n))
+	}
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, ", ")
 }
 
 func classList(m map[load.Class]int64) string {

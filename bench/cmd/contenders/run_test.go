@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -261,6 +262,18 @@ func TestRunH2load(t *testing.T) {
 				writeMarkdown(&md, summarize([]runResult{res}))
 				if row := fmt.Sprintf("| %s | 16 | 4 | %d | %d (%d) |", name, h.Total.Done, h.Total.Failed, h.Total.Failed); !strings.Contains(md.String(), row) {
 					t.Errorf("results.md has no h2load row %q:\n%s", row, md.String())
+				}
+				// The main table: h2load measured no latency of ours, so none is shown (not 0.00).
+				main := fmt.Sprintf("| %s | 16 | 4 | ", name)
+				classes := "-"
+				if h.Total.Failed > 0 {
+					classes = fmt.Sprintf("errored %d", h.Total.Errored)
+				}
+				end := fmt.Sprintf("| %d (%d) | %s | - | - | - |", h.Total.Failed, h.Total.Failed, classes)
+				if !slices.ContainsFunc(strings.Split(md.String(), "\n"), func(l string) bool {
+					return strings.HasPrefix(l, main) && strings.HasSuffix(l, end)
+				}) {
+					t.Errorf("results.md has no main row %q...%q:\n%s", main, end, md.String())
 				}
 			})
 		})
