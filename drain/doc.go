@@ -183,8 +183,10 @@
 // An HTTP/2 connection (ALPN h2, or h2c when HTTP.Protocols enables it) is
 // never closed as an idle one is: that would cut a stream its client opened
 // meanwhile. It is told to go away in RFC 9113's two steps (section 6.8):
-// at the stop the drain writes a GOAWAY with the largest stream id, 2^31-1,
-// and a PING; the client stops opening streams; the PING's ack shows it
+// once the listener has stopped (so that the connection the client opens
+// next cannot reach this server again), the drain writes a GOAWAY with the
+// largest stream id, 2^31-1, and a PING; the client stops opening streams;
+// the PING's ack shows it
 // has seen the GOAWAY and that every stream it opened before is read. The
 // drain counts the first step over once the client has then opened no
 // stream for 50 ms (at most 250 ms after the ack), and net/http sends its

@@ -16,3 +16,11 @@ func SetTestHookHandshakes(f func(n int)) (restore func()) {
 	testHookHandshakes = f
 	return func() { testHookHandshakes = nil }
 }
+
+// SetTestHookStopListener makes f run as a Server's Shutdown begins to stop
+// its listener (it may hold the stop), until the returned func is called.
+// Set it before the server serves.
+func SetTestHookStopListener(f func()) (restore func()) {
+	testHookStopListener = f
+	return func() { testHookStopListener = nil }
+}

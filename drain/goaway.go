@@ -110,16 +110,11 @@ func h2Key(c net.Conn) net.Conn {
 }
 
 // goAway begins the two-step shutdown of every HTTP/2 connection, and of
-// those that come later. It returns those it began it on, and how many
-// HTTP/2 connections are open (some may not be in the drain's path: see
-// twoStep).
-func (t *tracker) goAway() (gs []*h2Conn, open int) {
+// those that come later, and returns those it began it on.
+func (t *tracker) goAway() (gs []*h2Conn) {
 	t.mu.Lock()
 	t.goingAway = true
 	for _, ci := range t.conns {
-		if ci.h2 {
-			open++
-		}
 		if ci.g != nil {
 			gs = append(gs, ci.g)
 		}
@@ -128,7 +123,20 @@ func (t *tracker) goAway() (gs []*h2Conn, open int) {
 	for _, g := range gs {
 		g.goAway()
 	}
-	return gs, open
+	return gs
+}
+
+// h2Open counts the HTTP/2 connections open (some may not be in the drain's
+// path: see twoStep).
+func (t *tracker) h2Open() (open int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ci := range t.conns {
+		if ci.h2 {
+			open++
+		}
+	}
+	return open
 }
 
 // awaitGoAway waits, within bound and ctx, for the first step's acks of gs,

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -446,4 +448,162 @@ func TestHTTP2SlowClientAfterGoAway(t *testing.T) {
 			t.Errorf("stream 3 answered %v, %d unacked; want it answered, and the first step unacked", answered, rep.HTTP.GoAwayUnacked)
 		}
 	})
+}
+
+// TestLeaveAfterStop: keep-alive clients are told to leave (HTTP/2: go away,
+// HTTP/1: Connection: close) only once the listener has stopped, so the
+// connection each then opens reaches the successor, never the stopping
+// server, which would tell it to leave once more: one more connection (over
+// TLS, one more handshake in the burst of a restart) and, over HTTP/2, one
+// more chance for net/http's client to fail a request it had queued and not
+// sent (golang/go#62450). A and B serve one socket (a handoff); 8 clients on
+// Go's Transport, each on a keep-alive connection of A's, send requests
+// across A's Shutdown (no CloseSpread), whose listener stop a test hook
+// holds 200 ms. Before, HTTP/2's first step and HTTP/1's Connection: close
+// went out before the stop, and the clients that reconnected in those 200
+// ms were accepted by A as often as by B (38 connections in one h2c run).
+func TestLeaveAfterStop(t *testing.T) {
+	for _, h2 := range []bool{true, false} {
+		t.Run(map[bool]string{true: "h2c", false: "http1"}[h2], func(t *testing.T) {
+			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) { leaveAfterStop(t, h2) })
+		})
+	}
+}
+
+func leaveAfterStop(t *testing.T, h2 bool) {
+	netnstest.CheckLeaks(t)
+	const n = 8
+	defer drain.SetTestHookStopListener(func() { time.Sleep(200 * time.Millisecond) })()
+	l1 := listenTCP(t, "127.0.0.1:0")
+	f, err := l1.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &drain.Server{HTTP: &http.Server{Handler: named("A")}, Listener: drain.Options{Shared: true}}
+	b := &drain.Server{HTTP: &http.Server{Handler: named("B")}}
+	proto := 1
+	if h2 {
+		a.HTTP.Protocols, b.HTTP.Protocols, proto = h2cProtocols(), h2cProtocols(), 2
+	}
+	waitA := serve(t, func() error { return a.Serve(l1) })
+	url := "http://" + l1.Addr().String() + "/"
+
+	type reply struct {
+		server, conn string // conn: the client's end
+		at           time.Time
+	}
+	clients := make([]*http.Client, n)
+	get := func(c *http.Client) (reply, error) {
+		var r reply
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			GotConn: func(i httptrace.GotConnInfo) { r.conn = i.Conn.LocalAddr().String() }})
+		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			return r, err
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return r, err
+		}
+		if resp.ProtoMajor != proto {
+			return r, fmt.Errorf("%s, want HTTP/%d", resp.Proto, proto)
+		}
+		r.server, r.at = resp.Header.Get("X-Server"), time.Now()
+		return r, nil
+	}
+	for i := range clients {
+		tr := &http.Transport{}
+		if h2 {
+			tr.Protocols = new(http.Protocols)
+			tr.Protocols.SetUnencryptedHTTP2(true)
+		}
+		clients[i] = &http.Client{Transport: tr, Timeout: 10 * time.Second}
+		defer tr.CloseIdleConnections()
+		if r, err := get(clients[i]); err != nil || r.server != "A" {
+			t.Fatalf("client %d: %+v, %v; want A", i, r, err)
+		}
+	}
+	waitB := serve(t, func() error { return b.Serve(l2) })
+
+	stop := make(chan struct{})
+	replies := make([][]reply, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < 2000; k++ { // bounded: 2 ms apart, stopped long before
+				select {
+				case <-stop:
+					return
+				case <-time.After(2 * time.Millisecond):
+				}
+				r, err := get(c)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				replies[i] = append(replies[i], r)
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	rep, err := a.Shutdown(ctx)
+	if err != nil {
+		t.Errorf("A's Shutdown: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond) // every client on B
+	close(stop)
+	wg.Wait()
+	if _, err := b.Shutdown(ctx); err != nil {
+		t.Errorf("B's Shutdown: %v", err)
+	}
+	waitA()
+	waitB()
+
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("client %d: %v", i, err)
+		}
+	}
+	// A connection of A's that a client first used after A's Shutdown
+	// began is one it opened again, and reached A.
+	var again []string
+	for i, rs := range replies {
+		first := map[string]time.Time{}
+		var conns []string
+		for _, r := range rs {
+			if _, ok := first[r.conn]; !ok {
+				first[r.conn] = r.at
+				conns = append(conns, r.server)
+			}
+			if r.server == "A" && first[r.conn].After(t0) {
+				again = append(again, fmt.Sprintf("client %d: %s", i, r.conn))
+			}
+		}
+		if len(rs) == 0 || rs[len(rs)-1].server != "B" {
+			t.Errorf("client %d ended on %v; want B", i, conns)
+		}
+	}
+	slices.Sort(again)
+	again = slices.Compact(again)
+	h := rep.HTTP
+	t.Logf("A's report: %d HTTP/2 connections, %d acked the first step, %d keep-alive responses, %d closed idle; %d connections opened again to A",
+		h.HTTP2, h.GoAwayAcked, h.KeepAliveResponses, h.IdleClosed, len(again))
+	if len(again) != 0 {
+		t.Errorf("%d connections opened after A's Shutdown began reached A: %v; want none (told to leave after the stop)", len(again), again)
+	}
+	if want := map[bool]int{true: n, false: 0}[h2]; h.HTTP2 != want || h.GoAwayAcked != want || h.IdleClosed != 0 || len(h.Forced) != 0 {
+		t.Errorf("A's report: %d HTTP/2, %d acked, %d closed idle, %d forced; want %d, %d, none, none", h.HTTP2, h.GoAwayAcked, h.IdleClosed, len(h.Forced), want, want)
+	}
 }

@@ -51,8 +51,7 @@ type Server struct {
 	// deadline nearer than twice the window compresses it to half the time
 	// left (HTTPReport.CloseSpread says the window used). HTTP/2
 	// connections are told to go away as before. Zero (the default) tells
-	// every connection at once, and responses say Connection: close from
-	// before the listener stops, as before CloseSpread existed.
+	// every connection at once, once the listener has stopped.
 	CloseSpread time.Duration
 	// NewConnGrace is how long Shutdown waits, once the listener has
 	// stopped, for the first request of connections that were accepted but
@@ -293,14 +292,15 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 			handOver = false // nobody takes them: a plain stop
 		}
 	}
-	if !handOver && s.CloseSpread <= 0 {
-		s.t.closing.Store(true) // responses begun from now on say Connection: close (not on HTTP/2 under the two steps)
-	}
-	goingAway, h2Open := s.t.goAway()
+	h2Open := s.t.h2Open() // a client may hang up at the first step: count them now
 	t0 := time.Now()
 	r, err := s.stopListener(ctx)
 	errs = append(errs, err)
 	h.StopTook = time.Since(t0)
+	// Only now is any client told to leave (HTTP/2 here, HTTP/1 in
+	// settleIdle): one told while the listener still accepted would open
+	// its next connection to us again, and be told again.
+	goingAway := s.t.goAway()
 	var h2Left int
 	h.TLSPending, h2Left = s.t.markPending()
 	h.HTTP2 = max(h2Open, h2Left)
@@ -390,6 +390,9 @@ func (s *Server) stopListener(ctx context.Context) (*Report, error) {
 	if l == nil {
 		return &Report{Started: time.Now()}, nil
 	}
+	if testHookStopListener != nil {
+		testHookStopListener()
+	}
 	r, err := l.Stop(ctx)
 	r = r.clone() // the listener's own report stays the listener's
 	if err != nil {
@@ -404,6 +407,9 @@ func (s *Server) stopListener(ctx context.Context) (*Report, error) {
 		return r, ctx.Err()
 	}
 }
+
+// testHookStopListener, if set by a test, runs as stopListener begins.
+var testHookStopListener func()
 
 // force closes every connection left, hijacked ones included, naming them.
 func (s *Server) force(h *HTTPReport) {
