@@ -75,9 +75,8 @@ type Options struct {
 	Pool string
 	// CloseSpread is every listener's drain.Server.CloseSpread: the
 	// keep-alive connections the drain does not hand over (TLS ones, and
-	// all with NoConnHandoff or without a successor) are told to close, and
-	// HTTP/2 ones to go away, spread over this window instead of all at
-	// once, so that their
+	// all with NoConnHandoff or without a successor) are told to close
+	// spread over this window instead of all at once, so that their
 	// clients' reconnections (over TLS, each a full handshake) do not
 	// arrive in one burst. The drain lasts up to this much longer. Zero
 	// (the default): all at once.

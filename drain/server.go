@@ -36,13 +36,12 @@ type Server struct {
 	// exceed the clients' interval between requests. Default 1 s.
 	IdleGrace time.Duration
 	// CloseSpread, if positive, spreads the end of the keep-alive
-	// connections (HTTP/1 ones not handed over, and HTTP/2 ones) over this
-	// window, instead of telling all of them at once, as HAProxy's
-	// close-spread-time does. Once the listener has stopped, connection i
-	// of the n open then (oldest first; HTTP/1 and HTTP/2 each spread
-	// alike) is served as before until i*CloseSpread/n, after which its
-	// responses say Connection: close (one idle at its time gets IdleGrace
-	// from then), or, over HTTP/2, it is told to go away. Without it, every client of a restarted server
+	// connections (HTTP/1, not handed over) over this window, instead of
+	// telling all of them at once, as HAProxy's close-spread-time does.
+	// Once the listener has stopped, connection i of the n open then
+	// (oldest first) is served as before until i*CloseSpread/n, after
+	// which its responses say Connection: close; one idle at its time gets
+	// IdleGrace from then. Without it, every client of a restarted server
 	// reconnects in the same few milliseconds, and over TLS each new
 	// connection costs a full handshake (about 0.7 ms of CPU for client
 	// and server together with ECDSA P-256 and TLS 1.3, see BENCHMARKS.md):
@@ -50,9 +49,9 @@ type Server struct {
 	// up to n handshakes' worth. The cost: the drain, and so the process,
 	// lasts up to CloseSpread longer, and keeps serving meanwhile. A ctx
 	// deadline nearer than twice the window compresses it to half the time
-	// left (HTTPReport.CloseSpread says the window used). Zero (the
-	// default) tells every connection at once, once the listener has
-	// stopped.
+	// left (HTTPReport.CloseSpread says the window used). HTTP/2
+	// connections are told to go away as before. Zero (the default) tells
+	// every connection at once, once the listener has stopped.
 	CloseSpread time.Duration
 	// NewConnGrace is how long Shutdown waits, once the listener has
 	// stopped, for the first request of connections that were accepted but
@@ -141,8 +140,8 @@ type HTTPReport struct {
 	// cannot be handed over.
 	IdleClosedTLS int `json:"idle_closed_tls"`
 	// CloseSpread is the window over which the keep-alive connections
-	// were told to close or go away (Server.CloseSpread, compressed by the
-	// ctx's deadline); zero when all were told at once.
+	// were told to close (Server.CloseSpread, compressed by the ctx's
+	// deadline); zero when all were told at once.
 	CloseSpread time.Duration `json:"close_spread_ns,omitempty"`
 	// HandedOver is the connections HandOver took; HandOverReturned those
 	// it was offered and did not take (they were served here again);
@@ -299,14 +298,13 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	errs = append(errs, err)
 	h.StopTook = time.Since(t0)
 	// Only now is any client told to leave (HTTP/2 here, HTTP/1 in
-	// settleIdle), spread over CloseSpread: one told while the listener
-	// still accepted would open its next connection to us again, and be
-	// told again.
-	h.CloseSpread = spreadWindow(ctx, s.CloseSpread)
-	goingAway := s.t.goAway(h.CloseSpread)
+	// settleIdle): one told while the listener still accepted would open
+	// its next connection to us again, and be told again.
+	goingAway := s.t.goAway()
 	var h2Left int
 	h.TLSPending, h2Left = s.t.markPending()
 	h.HTTP2 = max(h2Open, h2Left)
+	h.GoAwayAcked, h.GoAwayUnacked = awaitGoAway(ctx, goingAway, orDefault(s.NewConnGrace, time.Second))
 	if handOver {
 		var herr error
 		h.HandedOver, h.HandOverReturned, herr = s.handOver(ctx, orDefault(s.HandOverGrace, 5*time.Second))
@@ -314,8 +312,8 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 			h.HandOverError = herr.Error()
 		}
 	}
+	h.CloseSpread = spreadWindow(ctx, s.CloseSpread)
 	h.IdleClosed, h.IdleClosedTLS = s.t.settleIdle(ctx, orDefault(s.IdleGrace, time.Second), h.CloseSpread)
-	h.GoAwayAcked, h.GoAwayUnacked = awaitGoAway(ctx, goingAway, h.CloseSpread+orDefault(s.NewConnGrace, time.Second))
 	for _, c := range s.t.hijackedConns() {
 		if s.Hijacked != nil {
 			s.Hijacked(c)
