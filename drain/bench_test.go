@@ -3,6 +3,8 @@ package drain_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -196,4 +198,136 @@ func handshake(b *testing.B, l net.Listener, cfg *tls.Config) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Since(t0)
+}
+
+// BenchmarkHTTP2Requests alternates batches of HTTP/2 requests between a
+// plain http.Server and a drain.Server, whose two-step GOAWAY follows every
+// frame both ways (goaway.go), so both see the same machine load: over TLS
+// (ALPN h2, ServeTLS) and h2c, h2Batch GETs per batch, h2Streams at a time on
+// one connection of Go's Transport. It reports each one's median batch time
+// and the drain/plain request-rate ratio (want >= 0.98).
+func BenchmarkHTTP2Requests(b *testing.B) {
+	for _, mode := range []string{"h2", "h2c"} {
+		b.Run(mode, func(b *testing.B) {
+			var cert *netnstest.Cert
+			if mode == "h2" {
+				cert = netnstest.NewCert(b)
+			}
+			plain, drained := startH2(b, cert, false), startH2(b, cert, true)
+			var tp, td []time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				if i%2 == 0 { // alternate which goes first
+					tp, td = append(tp, plain.batch(b)), append(td, drained.batch(b))
+				} else {
+					td, tp = append(td, drained.batch(b)), append(tp, plain.batch(b))
+				}
+			}
+			mp, md := median(tp), median(td)
+			b.ReportMetric(float64(mp.Microseconds()), "plain-median-us/batch")
+			b.ReportMetric(float64(md.Microseconds()), "drain-median-us/batch")
+			b.ReportMetric(float64(mp)/float64(md), "drain/plain-rate")
+		})
+	}
+}
+
+const h2Batch, h2Streams = 256, 16
+
+// h2Target is a server of BenchmarkHTTP2Requests and the client that loads it.
+type h2Target struct {
+	url    string
+	client *http.Client
+}
+
+// startH2 serves "ok" over HTTP/2 on loopback, over TLS with cert or h2c
+// without, from a drain.Server if drained or a plain http.Server if not; the
+// benchmark's cleanup stops it and waits for its Serve to return.
+func startH2(b *testing.B, cert *netnstest.Cert, drained bool) *h2Target {
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})}
+	tr := &http.Transport{}
+	scheme := "https"
+	if cert != nil {
+		hs.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert.TLS}}
+		tr.TLSClientConfig, tr.ForceAttemptHTTP2 = cert.Client(), true
+	} else {
+		scheme = "http"
+		hs.Protocols = h2cProtocols()
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
+	l := listenTCP(b, "127.0.0.1:0")
+	var ds *drain.Server
+	if drained {
+		ds = &drain.Server{HTTP: hs}
+	}
+	served := make(chan error, 1)
+	go func() {
+		switch {
+		case ds != nil && cert != nil:
+			served <- ds.ServeTLS(l, "", "")
+		case ds != nil:
+			served <- ds.Serve(l)
+		case cert != nil:
+			served <- hs.ServeTLS(l, "", "")
+		default:
+			served <- hs.Serve(l)
+		}
+	}()
+	b.Cleanup(func() {
+		tr.CloseIdleConnections()
+		if ds != nil {
+			ds.Shutdown(context.Background())
+		} else {
+			hs.Close()
+		}
+		<-served
+	})
+	return &h2Target{url: scheme + "://" + l.Addr().String() + "/", client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+}
+
+// batch sends h2Batch GETs, h2Streams at a time, and returns how long they
+// took; each must be answered "ok" over HTTP/2.
+func (h *h2Target) batch(b *testing.B) time.Duration {
+	errc := make(chan error, h2Streams)
+	t0 := time.Now()
+	for range h2Streams {
+		go func() {
+			var err error
+			for range h2Batch / h2Streams {
+				if err = h.get(); err != nil {
+					break
+				}
+			}
+			errc <- err
+		}()
+	}
+	var first error
+	for range h2Streams {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	took := time.Since(t0)
+	if first != nil {
+		b.Fatal(first)
+	}
+	return took
+}
+
+func (h *h2Target) get() error {
+	resp, err := h.client.Get(h.url)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	switch {
+	case err != nil:
+		return err
+	case resp.ProtoMajor != 2 || string(body) != "ok\n":
+		return fmt.Errorf("%s: %s %q, want HTTP/2 and ok", h.url, resp.Proto, body)
+	}
+	return nil
 }
