@@ -24,3 +24,11 @@ func SetTestHookStopListener(f func()) (restore func()) {
 	testHookStopListener = f
 	return func() { testHookStopListener = nil }
 }
+
+// SetTestHookListenerStopped makes f run once a Server's Shutdown has
+// stopped its listener, before it goes on (f may hold it there), until the
+// returned func is called. Set it before the server serves.
+func SetTestHookListenerStopped(f func()) (restore func()) {
+	testHookListenerStopped = f
+	return func() { testHookListenerStopped = nil }
+}

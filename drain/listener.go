@@ -69,6 +69,7 @@ type Listener struct {
 	accepted atomic.Int64 // Accepts that succeeded while stopping
 
 	once     sync.Once
+	leaving  func() // set by the stop, before run (see leave)
 	reapOnce sync.Once
 	done     chan struct{} // closed when the stop has finished
 	report   *Report
@@ -263,7 +264,7 @@ func (l *Listener) signal() {
 func (l *Listener) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.CloseTimeout)
 	defer cancel()
-	l.stop(ctx)
+	l.stop(ctx, nil)
 	l.reapLater()
 	return l.err
 }
@@ -272,7 +273,12 @@ func (l *Listener) Close() error {
 // connection the drain accepted, or ctx ends (then it closes them). It returns the stop's Report
 // (the same for every call) and the first error met.
 func (l *Listener) Stop(ctx context.Context) (*Report, error) {
-	l.stop(ctx)
+	return l.stopLeaving(ctx, nil)
+}
+
+// stopLeaving is Stop, calling leaving (see stop) if this call runs the stop.
+func (l *Listener) stopLeaving(ctx context.Context, leaving func()) (*Report, error) {
+	l.stop(ctx, leaving)
 	select {
 	case <-l.taken:
 		return l.report, l.err

@@ -293,14 +293,23 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 		}
 	}
 	h2Open := s.t.h2Open() // a client may hang up at the first step: count them now
+	// Clients are told to leave (HTTP/2 connections to go away, HTTP/1
+	// responses to say Connection: close unless the connections are handed
+	// over or CloseSpread spreads them) only as the listener stops taking
+	// new connections: one told while it still took them would open its
+	// next connection to us again, and be told again.
+	var goingAway []*h2Conn
+	leave := sync.OnceFunc(func() {
+		if !handOver && s.CloseSpread <= 0 {
+			s.t.closing.Store(true)
+		}
+		goingAway = s.t.goAway()
+	})
 	t0 := time.Now()
-	r, err := s.stopListener(ctx)
+	r, err := s.stopListener(ctx, leave)
 	errs = append(errs, err)
 	h.StopTook = time.Since(t0)
-	// Only now is any client told to leave (HTTP/2 here, HTTP/1 in
-	// settleIdle): one told while the listener still accepted would open
-	// its next connection to us again, and be told again.
-	goingAway := s.t.goAway()
+	leave() // if the listener's stop did not (it had run already)
 	var h2Left int
 	h.TLSPending, h2Left = s.t.markPending()
 	h.HTTP2 = max(h2Open, h2Left)
@@ -383,7 +392,10 @@ func (s *Server) delay(ctx context.Context) error {
 	}
 }
 
-func (s *Server) stopListener(ctx context.Context) (*Report, error) {
+// stopListener stops the listener, calling leave right before its socket
+// stops taking new connections (see Listener.leave), and waits until every
+// connection it accepted is registered.
+func (s *Server) stopListener(ctx context.Context, leave func()) (*Report, error) {
 	s.mu.Lock()
 	l, served := s.l, s.served
 	s.mu.Unlock()
@@ -393,7 +405,10 @@ func (s *Server) stopListener(ctx context.Context) (*Report, error) {
 	if testHookStopListener != nil {
 		testHookStopListener()
 	}
-	r, err := l.Stop(ctx)
+	r, err := l.stopLeaving(ctx, leave)
+	if testHookListenerStopped != nil {
+		testHookListenerStopped()
+	}
 	r = r.clone() // the listener's own report stays the listener's
 	if err != nil {
 		return r, err
@@ -408,8 +423,9 @@ func (s *Server) stopListener(ctx context.Context) (*Report, error) {
 	}
 }
 
-// testHookStopListener, if set by a test, runs as stopListener begins.
-var testHookStopListener func()
+// testHookStopListener, if set by a test, runs as stopListener begins;
+// testHookListenerStopped once the listener's Stop has returned.
+var testHookStopListener, testHookListenerStopped func()
 
 // force closes every connection left, hijacked ones included, naming them.
 func (s *Server) force(h *HTTPReport) {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,6 +211,7 @@ func TestIdleKeepAliveClosed(t *testing.T) {
 // machine.
 func TestSecondRequestDuringDrain(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		held := holdAfterStop(t)
 		p := newPhase(t, nil)
 		p.ds.IdleGrace = 5 * time.Second
 		c := dial(t, p.addr)
@@ -224,6 +226,7 @@ func TestSecondRequestDuringDrain(t *testing.T) {
 		if err != nil || resp.StatusCode != 200 || body != "A\n" || !resp.Close {
 			t.Fatalf("second request: %v %v %q, want 200 with Connection: close", resp, err, body)
 		}
+		held()
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
 			t.Errorf("after the second response: %d, %v; want EOF", n, err)
@@ -234,6 +237,24 @@ func TestSecondRequestDuringDrain(t *testing.T) {
 		}
 		p.wait()
 	})
+}
+
+// holdAfterStop holds a Server's Shutdown once its listener's Stop has
+// returned, until the returned func is called (or 10 s have passed), so that
+// what a test sends once the listener refuses reaches the server while its
+// Shutdown has not gone on from the stop: the moment a loaded machine could
+// make it reach it anyway. The hook is removed at the test's end.
+func holdAfterStop(t *testing.T) (release func()) {
+	ch := make(chan struct{})
+	release = sync.OnceFunc(func() { close(ch) })
+	restore := drain.SetTestHookListenerStopped(func() {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	t.Cleanup(func() { release(); restore() })
+	return release
 }
 
 // waitRefused waits until the (lone) listener on addr has stopped.
@@ -352,6 +373,7 @@ func TestReadiness(t *testing.T) {
 func TestIdleConnGetsWindow(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		const grace = 2 * time.Second
+		held := holdAfterStop(t)
 		p := newPhase(t, nil)
 		p.ds.IdleGrace = grace
 		busy, quiet := dial(t, p.addr), dial(t, p.addr)
@@ -369,6 +391,7 @@ func TestIdleConnGetsWindow(t *testing.T) {
 		if err != nil || resp.StatusCode != 200 || body != "A\n" || !resp.Close {
 			t.Fatalf("request in the window: %v %v %q, want 200 with Connection: close", resp, err, body)
 		}
+		held()
 		quiet.SetReadDeadline(time.Now().Add(10 * time.Second))
 		if n, err := quiet.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
 			t.Errorf("quiet connection: %d, %v; want EOF at the window's end", n, err)

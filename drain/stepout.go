@@ -92,6 +92,7 @@ func (l *Listener) stepOut(ctx context.Context, id identity) error {
 	if err := covered(); err != nil {
 		return errors.Join(err, reuseport.SetIncomingCPU(l.tl, old))
 	}
+	l.leave()
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
@@ -21,9 +22,14 @@ import (
 // in time.
 const maxDrainAccepts = 1 << 16
 
-// stop runs the stop once; concurrent callers wait for the first.
-func (l *Listener) stop(ctx context.Context) {
+// stop runs the stop once; concurrent callers wait for the first. The call
+// that runs it calls leaving, if not nil, at most once: right before the
+// socket stops taking new connections (see leave).
+func (l *Listener) stop(ctx context.Context, leaving func()) {
 	l.once.Do(func() {
+		if leaving != nil {
+			l.leaving = sync.OnceFunc(leaving)
+		}
 		l.stopping.Store(true)
 		l.opts.Logger.Debug("drain begins", zap.String("event", "drain.begin"), zap.String("addr", l.tl.Addr().String()))
 		r, err := l.run(ctx)
@@ -38,6 +44,17 @@ func (l *Listener) stop(ctx context.Context) {
 			f(r)
 		}
 	})
+}
+
+// leave runs the stop's leaving func, if any, the first time it is called:
+// each method calls it right before the syscall after which no new
+// connection reaches our socket (a client told then to leave and reconnect
+// reaches another socket, or none), and a step-out once the other members
+// cover every CPU.
+func (l *Listener) leave() {
+	if l.leaving != nil {
+		l.leaving()
+	}
 }
 
 // reapLater closes, after CloseTimeout, the drained connections no Accept has
@@ -67,6 +84,7 @@ func (l *Listener) run(ctx context.Context) (*Report, error) {
 	}
 	q, err := reuseport.ReadQueue(l.tl)
 	if err != nil {
+		l.leave()
 		l.tl.Close()
 		r.Took = time.Since(r.Started)
 		return r, l.opError(err)
@@ -267,6 +285,7 @@ func (l *Listener) release(r *Report, id identity) error {
 		r.QueueAtClose = int(q.Len)
 	}
 	before, cerr := reuseport.ReadCounters()
+	l.leave()
 	err := closeListener(l.tl)
 	after, cerr2 := reuseport.ReadCounters()
 	r.LeftQueued = r.QueueAtClose
@@ -292,6 +311,7 @@ func (l *Listener) release(r *Report, id identity) error {
 // call, and reads the counters around it.
 func (l *Listener) migrate(r *Report) error {
 	before, cerr := reuseport.ReadCounters()
+	l.leave()
 	err := shutdown(l.tl)
 	after, cerr2 := reuseport.ReadCounters()
 	if cerr == nil && cerr2 == nil {
@@ -328,6 +348,7 @@ func (l *Listener) acceptUntilEmpty(ctx context.Context, r *Report) error {
 	if q, qerr := reuseport.ReadQueue(l.tl); qerr == nil {
 		r.QueueAtClose = int(q.Len)
 	}
+	l.leave()
 	err = errors.Join(err, shutdown(l.tl), closeListener(l.tl))
 	if after, cerr2 := reuseport.ReadCounters(); cerr == nil && cerr2 == nil {
 		d := after.Sub(before)
