@@ -363,3 +363,57 @@ func TestBusySuccessorRetries(t *testing.T) {
 		}
 	})
 }
+
+// TestBusyBeforeHello: a predecessor whose conversations are all taken says
+// "busy" to a newcomer before reading its hello, and closes. A successor that
+// sends its hello only after that close has its send fail (EPIPE) with the
+// answer waiting in its receive queue: it is busy, not gone. The successor
+// dials again until its Timeout and fails with ErrBusy and the deadline.
+// Before, it counted each as a hang-up and failed with "hung up 6 times"
+// (CI saw it in TestBusySuccessorRetries on a loaded machine); a test hook
+// here holds each hello until the predecessor (a stand-in that answers
+// every connection so) has closed.
+func TestBusyBeforeHello(t *testing.T) {
+	netnstest.CheckLeaks(t)
+	path := handoffPath(t)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := encodeFrame(&frame{Type: typeError, Code: codeBusy, Message: "test: every conversation taken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{}, maxBusyRetries)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			nc.Write(busy)
+			nc.Close()
+			closed <- struct{}{}
+		}
+	}()
+	defer func() { ln.Close(); <-served }()
+	hook := func() {
+		select {
+		case <-closed:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	testHookHello.Store(&hook)
+	defer testHookHello.Store(nil)
+	start := time.Now()
+	u, err := New(t.Context(), Config{Path: path, Timeout: 300 * time.Millisecond})
+	if err == nil {
+		u.Close()
+		t.Fatal("New inherited from a predecessor that only says busy")
+	}
+	if !errors.Is(err, ErrBusy) || !errors.Is(err, context.DeadlineExceeded) || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("New with Timeout 300ms, told busy before each hello: %v after %v; want ErrBusy and context.DeadlineExceeded, after 300 ms", err, time.Since(start))
+	}
+}

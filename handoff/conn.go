@@ -206,6 +206,22 @@ func (c *conn) send(f *frame, fds []int) error {
 	return nil
 }
 
+// answeredFirst is err, a failure to send our hello, unless the peer
+// answered before it hung up: a server whose conversations are all taken
+// says "busy" to a newcomer before reading its hello, and closes; the send
+// then fails (EPIPE) with the answer waiting in our receive queue. That
+// answer, an error frame, is then the error (a *RemoteError: a successor
+// dials again on "busy"). A hang-up without answer reads EOF at once.
+func (c *conn) answeredFirst(err error) error {
+	if !predecessorGone(err) {
+		return err
+	}
+	if f, _, rerr := c.recv(0); rerr == nil && f.Type == typeError {
+		return expect(f, typeHello)
+	}
+	return err
+}
+
 // recv reads one frame and the fds that came with it (at most maxFDs; more,
 // or a truncated control message, is an error and every fd is closed). The
 // fds are received with MSG_CMSG_CLOEXEC; the caller owns them.

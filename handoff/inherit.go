@@ -241,6 +241,10 @@ func (h *handshake) connect(ctx, dctx context.Context) (fresh bool, err error) {
 	}
 }
 
+// testHookHello, if set by a test, runs in a successor right before it sends
+// its hello.
+var testHookHello atomic.Pointer[func()]
+
 // inherit runs the successor's side of the protocol up to the last ack. On
 // success the connection stays open for Ready; on failure it is closed, and
 // so is every fd received.
@@ -267,8 +271,11 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	if err := allowed(cred, h.cfg.AllowUIDs); err != nil {
 		return err
 	}
+	if hook := testHookHello.Load(); hook != nil {
+		(*hook)()
+	}
 	if err := c.send(helloFrame(roleSuccessor, 0, !h.noValues, !h.noMax), nil); err != nil {
-		return err
+		return c.answeredFirst(err)
 	}
 	f, _, err := c.recv(0)
 	// conn.ctxErr has already wrapped ctx's error in a timeout that ctx's

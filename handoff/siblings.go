@@ -273,7 +273,7 @@ func dialConns(ctx context.Context, c *conn, cfg ConnsConfig) (*ConnSender, erro
 		return nil, err
 	}
 	if err := c.send(&frame{Type: typeHello, Version: baseVersion, MaxVersion: Version, Role: roleSibling, PID: os.Getpid(), UID: uint32(os.Geteuid())}, nil); err != nil {
-		return nil, err
+		return nil, c.answeredFirst(err)
 	}
 	f, _, err := c.recv(0)
 	if err != nil {

@@ -44,7 +44,9 @@ func Observe(ctx context.Context, path string) (st Status, ok bool, err error) {
 		err = allowed(cred, nil)
 	}
 	if err == nil {
-		err = c.send(&frame{Type: typeHello, Version: baseVersion, Role: roleObserver, PID: os.Getpid(), UID: uint32(os.Geteuid())}, nil)
+		if err = c.send(&frame{Type: typeHello, Version: baseVersion, Role: roleObserver, PID: os.Getpid(), UID: uint32(os.Geteuid())}, nil); err != nil {
+			err = c.answeredFirst(err)
+		}
 	}
 	var f *frame
 	if err == nil {
