@@ -304,6 +304,86 @@ func (t *tracker) wait(ctx context.Context, grace time.Duration) error {
 	}
 }
 
+// closeNamed closes the HTTP/2 connections to which net/http has written
+// its GOAWAY naming the last stream it serves, and whose every stream is
+// done, once the client's TCP has acknowledged every byte written to them:
+// nothing more can be served on them, and nothing the client has yet to
+// read is lost. Their clients would close them; Go's does not when a
+// request it had queued failed at the GOAWAY (its connection stays open
+// until the server closes it), and net/http's HTTP/2 server waits 1 s for
+// that. It returns how many it closed.
+func (t *tracker) closeNamed() int {
+	t.mu.Lock()
+	var named []net.Conn
+	for c, ci := range t.conns {
+		if ci.g != nil && ci.state == http.StateIdle && ci.g.named.Load() && !ci.g.closing.Load() {
+			named = append(named, c)
+		}
+	}
+	t.mu.Unlock()
+	n := 0
+	for _, c := range named {
+		if g := t.h2(c); g != nil && unsent(c) == 0 && g.closing.CompareAndSwap(false, true) {
+			c.Close()
+			n++
+		}
+	}
+	return n
+}
+
+// h2 returns c's h2Conn, if it is still tracked.
+func (t *tracker) h2(c net.Conn) *h2Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ci := t.conns[c]; ci != nil {
+		return ci.g
+	}
+	return nil
+}
+
+// closeNamedWhile runs closeNamed every namedPoll until the returned func is
+// called, which returns how many connections it closed.
+func (t *tracker) closeNamedWhile() (stop func() int) {
+	done := make(chan struct{})
+	n := make(chan int, 1)
+	go func() {
+		closed := 0
+		tk := time.NewTicker(namedPoll)
+		defer tk.Stop()
+		for {
+			closed += t.closeNamed()
+			select {
+			case <-done:
+				n <- closed
+				return
+			case <-tk.C:
+			}
+		}
+	}()
+	return func() int {
+		close(done)
+		return <-n
+	}
+}
+
+// namedPoll is how often Shutdown looks for HTTP/2 connections that are done
+// (closeNamed): their GOAWAY written, they wait for their acknowledgement.
+const namedPoll = 5 * time.Millisecond
+
+// unsent says whether bytes written to c have yet to be acknowledged by its
+// peer. Not knowing (an error) is true: nothing is closed on it.
+func unsent(c net.Conn) int {
+	sc, ok := rawConn(c).(syscall.Conn)
+	if !ok {
+		return 1
+	}
+	n, err := linux.Unsent(sc)
+	if err != nil {
+		return 1
+	}
+	return n
+}
+
 // closeSilent closes the connections that never sent a request (a client's
 // spare connection); net/http's Shutdown would wait 5 s for each. One whose
 // request has just come (unread) is left to net/http, which serves it.

@@ -197,7 +197,10 @@
 // write one stream that took its id before it read the first GOAWAY, and
 // on a loaded machine that can be 100 ms or more after its ack. A client
 // told to go away closes its connection itself once its streams are done
-// (Go's does). Net/http's GOAWAY names a last stream that covers them all;
+// (Go's does, unless a request it had queued on it failed at the GOAWAY:
+// the drain then closes it once net/http's GOAWAY is written and the
+// client's TCP has acknowledged every byte, HTTPReport.GoAwayClosed, where
+// net/http would wait 1 s). Net/http's GOAWAY names a last stream that covers them all;
 // streams in flight finish. net/http alone sends just the second, so a
 // stream the client opened while that GOAWAY was on its way was above it and
 // ignored (a client that retries, such as Go's http.Transport, sent it

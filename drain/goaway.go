@@ -219,6 +219,9 @@ type h2Conn struct {
 	probed  bool        // the probe is written
 	sent    bool        // the first step is written, or moot (net/http's GOAWAY came first)
 
+	named   atomic.Bool // net/http has written its GOAWAY, naming the last stream it serves
+	closing atomic.Bool // the drain closes it (tracker.closeNamed)
+
 	in        frameCursor  // what the client sent (read by net/http's one reader)
 	opened    atomic.Int64 // UnixNano of the client's last HEADERS
 	pingAcked atomic.Bool
@@ -337,10 +340,15 @@ func (c *h2Conn) Write(p []byte) (int, error) {
 	return written, nil
 }
 
-// sawOut notes a frame net/http writes: its own GOAWAY before ours makes ours
-// moot (a later GOAWAY must not raise the last stream id).
+// sawOut notes a frame net/http writes: its own GOAWAY names the last stream
+// it serves, and, before ours, makes ours moot (a later GOAWAY must not raise
+// the last stream id).
 func (c *h2Conn) sawOut(typ, _ byte, _ []byte) {
-	if typ == frameGoAway && !c.sent {
+	if typ != frameGoAway {
+		return
+	}
+	c.named.Store(true)
+	if !c.sent {
 		c.pending, c.sent = nil, true
 		c.done()
 	}

@@ -132,7 +132,12 @@ func (h *h2Client) open(id uint32, https bool) error {
 // idle for longer than IdleGrace when the drain begins, is told to go away with a GOAWAY (no error,
 // last stream id covering its request) before its close; it is never closed
 // bare as an idle HTTP/1 connection is, which would cut a stream the client
-// opened meanwhile.
+// opened meanwhile. Its client acks the first step and then keeps the
+// connection open (as Go's does when a request it queued fails at the
+// GOAWAY): the drain closes it once net/http's GOAWAY has named the last
+// stream and the client's TCP has acknowledged it, and the report counts it
+// in GoAwayClosed. Before, net/http's HTTP/2 server waited 1 s (its
+// goAwayTimeout) for the client to close first.
 func TestHTTP2IdleGoesAway(t *testing.T) {
 	for _, https := range []bool{true, false} {
 		t.Run(map[bool]string{true: "h2", false: "h2c"}[https], func(t *testing.T) {
@@ -186,6 +191,7 @@ func http2IdleGoesAway(t *testing.T, https bool) {
 		done <- rep
 	}()
 	var goAway []byte
+	var named time.Time // when the GOAWAY naming the last stream came
 	for {
 		f, err := h.read()
 		if err != nil {
@@ -194,8 +200,12 @@ func http2IdleGoesAway(t *testing.T, https bool) {
 		}
 		if f.typ == h2GoAway {
 			goAway = f.payload
+			if len(goAway) >= 4 && binary.BigEndian.Uint32(goAway)&(1<<31-1) != 1<<31-1 {
+				named = time.Now()
+			}
 		}
 	}
+	closedAfter := time.Since(named)
 	c.Close()
 	rep := <-done
 	wait()
@@ -206,8 +216,11 @@ func http2IdleGoesAway(t *testing.T, https bool) {
 	if last != 1 || code != 0 {
 		t.Errorf("GOAWAY last stream %d code %d, want 1 and 0 (NO_ERROR)", last, code)
 	}
-	if rep.HTTP.HTTP2 != 1 || len(rep.HTTP.Forced) != 0 {
-		t.Errorf("report: %d HTTP/2 connections, forced %v; want 1 and none", rep.HTTP.HTTP2, rep.HTTP.Forced)
+	if h := rep.HTTP; h.HTTP2 != 1 || h.GoAwayAcked != 1 || h.GoAwayClosed != 1 || len(h.Forced) != 0 {
+		t.Errorf("report: %d HTTP/2 connections, %d acked, %d closed after the last GOAWAY, forced %v; want 1, 1, 1 and none", h.HTTP2, h.GoAwayAcked, h.GoAwayClosed, h.Forced)
+	}
+	if named.IsZero() || closedAfter >= 500*time.Millisecond {
+		t.Errorf("closed %v after the GOAWAY that named the last stream (or none came): want at once, not after net/http's 1 s", closedAfter)
 	}
 }
 

@@ -132,6 +132,12 @@ type HTTPReport struct {
 	// first GOAWAY).
 	GoAwayAcked   int `json:"goaway_acked"`
 	GoAwayUnacked int `json:"goaway_unacked"`
+	// GoAwayClosed is the HTTP/2 connections the drain closed itself once
+	// net/http's GOAWAY had named their last stream, every stream was done
+	// and the client had acknowledged every byte: their clients kept them
+	// open (Go's does when a request it had queued fails at the GOAWAY),
+	// and net/http would have waited 1 s more.
+	GoAwayClosed int `json:"goaway_closed"`
 	// IdleClosed is the keep-alive connections closed while idle, after
 	// IdleGrace: each is a request its client may have had in flight (sent
 	// as the close reached it), which it sees fail (EOF or reset).
@@ -340,7 +346,10 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	s.mu.Lock()
 	h.Received = s.received
 	s.mu.Unlock()
-	if err := s.HTTP.Shutdown(ctx); err != nil {
+	stopNamed := s.t.closeNamedWhile()
+	err = s.HTTP.Shutdown(ctx)
+	h.GoAwayClosed = stopNamed()
+	if err != nil {
 		s.force(h)
 		errs = append(errs, err)
 	}

@@ -36,6 +36,21 @@ func Unread(c syscall.Conn) (int, error) {
 	return n, err
 }
 
+// Unsent is how many bytes the socket has sent, or has yet to send, that
+// its peer has not acknowledged (SIOCOUTQ): 0 when the peer's TCP has every
+// byte written.
+func Unsent(c syscall.Conn) (int, error) {
+	var n int
+	err := Control(c, func(fd int) error {
+		var err error
+		if n, err = unix.IoctlGetInt(fd, unix.SIOCOUTQ); err != nil {
+			return os.NewSyscallError("ioctl SIOCOUTQ", err)
+		}
+		return nil
+	})
+	return n, err
+}
+
 // LinkUp sets IFF_UP on an interface of the calling thread's network namespace
 // (lo starts down in a new namespace).
 func LinkUp(name string) error {
