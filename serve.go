@@ -75,11 +75,12 @@ type Options struct {
 	Pool string
 	// CloseSpread is every listener's drain.Server.CloseSpread: the
 	// keep-alive connections the drain does not hand over (TLS ones, and
-	// all with NoConnHandoff or without a successor) are told to close
-	// spread over this window instead of all at once, so that their
-	// clients' reconnections (over TLS, each a full handshake) do not
-	// arrive in one burst. The drain lasts up to this much longer. Zero
-	// (the default): all at once.
+	// all with NoConnHandoff or without a successor) are told to close,
+	// and HTTP/2 ones to go away, spread over this window instead of all
+	// at once, so that their clients' reconnections (over TLS, each a full
+	// handshake) do not arrive in one burst. The drain lasts up to this
+	// much longer (see drain.Server.CloseSpread for its cost over HTTP/2).
+	// Zero (the default): all at once.
 	CloseSpread time.Duration
 	// Grace bounds the drain; default 30 s.
 	Grace time.Duration

@@ -436,7 +436,7 @@ func (t *tracker) closeTime(ci *connInfo, from time.Time) time.Time {
 }
 
 // spreadCloses gives the HTTP/1 connections open now (HTTP/2 ones are told
-// to go away instead) their times to begin closing, evenly over spread from
+// to go away instead, spread alike: tracker.goAway) their times to begin closing, evenly over spread from
 // start: connection i of n, oldest first, at start + i*spread/n.
 func (t *tracker) spreadCloses(start time.Time, spread time.Duration) {
 	t.mu.Lock()
@@ -447,16 +447,22 @@ func (t *tracker) spreadCloses(start time.Time, spread time.Duration) {
 			cis = append(cis, ci)
 		}
 	}
+	oldestFirst(cis)
+	for i, ci := range cis {
+		at := start.Add(spread * time.Duration(i) / time.Duration(len(cis)))
+		ci.closeAt.Store(int64(at.Sub(t.epoch)) + 1)
+	}
+}
+
+// oldestFirst sorts cis by their accept time (then remote address), the
+// order CloseSpread tells them to leave in.
+func oldestFirst(cis []*connInfo) {
 	slices.SortFunc(cis, func(a, b *connInfo) int {
 		if c := a.since.Compare(b.since); c != 0 {
 			return c
 		}
 		return strings.Compare(a.remote, b.remote)
 	})
-	for i, ci := range cis {
-		at := start.Add(spread * time.Duration(i) / time.Duration(len(cis)))
-		ci.closeAt.Store(int64(at.Sub(t.epoch)) + 1)
-	}
 }
 
 // settleIdle ends the HTTP/1 keep-alive connections without racing their

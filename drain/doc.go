@@ -136,8 +136,8 @@
 // latency (see BENCHMARKS.md). Server.CloseSpread spreads it, as HAProxy's
 // close-spread-time does: once the listener has stopped, the connection i of
 // the n open is served as before until i*CloseSpread/n, then told to close
-// (IdleGrace from then if it is idle). The drain lasts up to CloseSpread
-// longer; a ctx deadline compresses the window.
+// (IdleGrace from then if it is idle) or, over HTTP/2, to go away. The drain
+// lasts up to CloseSpread longer; a ctx deadline compresses the window.
 //
 // # Keep-alive connections handed over
 //

@@ -110,18 +110,30 @@ func h2Key(c net.Conn) net.Conn {
 }
 
 // goAway begins the two-step shutdown of every HTTP/2 connection, and of
-// those that come later, and returns those it began it on.
-func (t *tracker) goAway() (gs []*h2Conn) {
+// those that come later, and returns those it began it on. With spread,
+// connection i of the n open now (oldest first) gets its first step at
+// i*spread/n from now (Server.CloseSpread), and is served as before until
+// then.
+func (t *tracker) goAway(spread time.Duration) (gs []*h2Conn) {
 	t.mu.Lock()
 	t.goingAway = true
+	var cis []*connInfo
 	for _, ci := range t.conns {
 		if ci.g != nil {
-			gs = append(gs, ci.g)
+			cis = append(cis, ci)
 		}
 	}
+	oldestFirst(cis)
+	for _, ci := range cis {
+		gs = append(gs, ci.g)
+	}
 	t.mu.Unlock()
-	for _, g := range gs {
-		g.goAway()
+	for i, g := range gs {
+		if at := spread * time.Duration(i) / time.Duration(len(gs)); at > 0 {
+			time.AfterFunc(at, g.goAway)
+		} else {
+			g.goAway()
+		}
 	}
 	return gs
 }

@@ -36,22 +36,27 @@ type Server struct {
 	// exceed the clients' interval between requests. Default 1 s.
 	IdleGrace time.Duration
 	// CloseSpread, if positive, spreads the end of the keep-alive
-	// connections (HTTP/1, not handed over) over this window, instead of
-	// telling all of them at once, as HAProxy's close-spread-time does.
-	// Once the listener has stopped, connection i of the n open then
-	// (oldest first) is served as before until i*CloseSpread/n, after
-	// which its responses say Connection: close; one idle at its time gets
-	// IdleGrace from then. Without it, every client of a restarted server
-	// reconnects in the same few milliseconds, and over TLS each new
-	// connection costs a full handshake (about 0.7 ms of CPU for client
-	// and server together with ECDSA P-256 and TLS 1.3, see BENCHMARKS.md):
-	// a burst that the successor, or the siblings, serve with a latency of
-	// up to n handshakes' worth. The cost: the drain, and so the process,
-	// lasts up to CloseSpread longer, and keeps serving meanwhile. A ctx
-	// deadline nearer than twice the window compresses it to half the time
-	// left (HTTPReport.CloseSpread says the window used). HTTP/2
-	// connections are told to go away as before. Zero (the default) tells
-	// every connection at once, once the listener has stopped.
+	// connections (HTTP/1 ones not handed over, and HTTP/2 ones) over this
+	// window, instead of telling all of them at once, as HAProxy's
+	// close-spread-time does. Once the listener has stopped, connection i
+	// of the n open then (oldest first; HTTP/1 and HTTP/2 each spread
+	// alike) is served as before until i*CloseSpread/n, after which its
+	// responses say Connection: close (one idle at its time gets IdleGrace
+	// from then), or, over HTTP/2, it is told to go away. Without it, every
+	// client of a restarted server reconnects in the same few milliseconds,
+	// and over TLS each new connection costs a full handshake (about 0.7 ms
+	// of CPU for client and server together with ECDSA P-256 and TLS 1.3,
+	// see BENCHMARKS.md): a burst that the successor, or the siblings,
+	// serve with a latency of up to n handshakes' worth. The cost: the
+	// drain, and so the process, lasts up to CloseSpread longer, and keeps
+	// serving meanwhile; and over HTTP/2, Go's client fails more of the
+	// requests it had queued, unsent, on a connection when its GOAWAY
+	// arrives (it sends a GET again on another connection, and fails a POST
+	// whose body it cannot rewind: golang/go#62450): in BENCHMARKS.md's
+	// runs, 500 ms doubled them. A ctx deadline nearer than twice the window
+	// compresses it to half the time left (HTTPReport.CloseSpread says the
+	// window used). Zero (the default) tells every connection at once, once
+	// the listener has stopped.
 	CloseSpread time.Duration
 	// NewConnGrace is how long Shutdown waits, once the listener has
 	// stopped, for the first request of connections that were accepted but
@@ -146,8 +151,8 @@ type HTTPReport struct {
 	// cannot be handed over.
 	IdleClosedTLS int `json:"idle_closed_tls"`
 	// CloseSpread is the window over which the keep-alive connections
-	// were told to close (Server.CloseSpread, compressed by the ctx's
-	// deadline); zero when all were told at once.
+	// were told to close or go away (Server.CloseSpread, compressed by the
+	// ctx's deadline); zero when all were told at once.
 	CloseSpread time.Duration `json:"close_spread_ns,omitempty"`
 	// HandedOver is the connections HandOver took; HandOverReturned those
 	// it was offered and did not take (they were served here again);
@@ -303,13 +308,16 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	// responses to say Connection: close unless the connections are handed
 	// over or CloseSpread spreads them) only as the listener stops taking
 	// new connections: one told while it still took them would open its
-	// next connection to us again, and be told again.
+	// next connection to us again, and be told again. With CloseSpread,
+	// they are told one by one over the window from then (HTTP/2 here,
+	// HTTP/1 in settleIdle).
 	var goingAway []*h2Conn
 	leave := sync.OnceFunc(func() {
-		if !handOver && s.CloseSpread <= 0 {
+		h.CloseSpread = spreadWindow(ctx, s.CloseSpread)
+		if !handOver && h.CloseSpread <= 0 {
 			s.t.closing.Store(true)
 		}
-		goingAway = s.t.goAway()
+		goingAway = s.t.goAway(h.CloseSpread)
 	})
 	t0 := time.Now()
 	r, err := s.stopListener(ctx, leave)
@@ -319,7 +327,6 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	var h2Left int
 	h.TLSPending, h2Left = s.t.markPending()
 	h.HTTP2 = max(h2Open, h2Left)
-	h.GoAwayAcked, h.GoAwayUnacked = awaitGoAway(ctx, goingAway, orDefault(s.NewConnGrace, time.Second))
 	if handOver {
 		var herr error
 		h.HandedOver, h.HandOverReturned, herr = s.handOver(ctx, orDefault(s.HandOverGrace, 5*time.Second))
@@ -327,8 +334,8 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 			h.HandOverError = herr.Error()
 		}
 	}
-	h.CloseSpread = spreadWindow(ctx, s.CloseSpread)
 	h.IdleClosed, h.IdleClosedTLS = s.t.settleIdle(ctx, orDefault(s.IdleGrace, time.Second), h.CloseSpread)
+	h.GoAwayAcked, h.GoAwayUnacked = awaitGoAway(ctx, goingAway, h.CloseSpread+orDefault(s.NewConnGrace, time.Second))
 	for _, c := range s.t.hijackedConns() {
 		if s.Hijacked != nil {
 			s.Hijacked(c)

@@ -3,6 +3,7 @@ package drain_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -227,6 +228,154 @@ func closeSpreadTLS(t *testing.T, spread time.Duration) ([]time.Duration, *drain
 	}
 	slices.Sort(closes)
 	return closes, rep
+}
+
+// TestCloseSpreadHTTP2: the same over HTTP/2 (ALPN h2): 16 clients on Go's
+// http.Transport, one HTTP/2 connection each to A, a request every 2 ms,
+// across A's Shutdown. With CloseSpread 1 s A tells them to go away spread
+// over the window (their new connections reach B over at least half of
+// it); at 0 all within a few milliseconds. Not one request fails, and every
+// client acks its first step.
+func TestCloseSpreadHTTP2(t *testing.T) {
+	const window, n = time.Second, 16
+	for _, spread := range []bool{true, false} {
+		t.Run(map[bool]string{true: "spread", false: "at once"}[spread], func(t *testing.T) {
+			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+				netnstest.CheckLeaks(t)
+				var cs time.Duration
+				if spread {
+					cs = window
+				}
+				moved, rep := closeSpreadHTTP2(t, n, cs)
+				span := moved[len(moved)-1] - moved[0]
+				early := 0
+				for _, d := range moved {
+					if d < moved[0]+window/4 {
+						early++
+					}
+				}
+				h := rep.HTTP
+				t.Logf("CloseSpread %v: %d new connections to B, first %v after A's Shutdown began, span %v, %d in the first quarter; A's report: %d HTTP/2, %d acked, spread %v, took %v",
+					cs, len(moved), moved[0].Round(time.Millisecond), span.Round(time.Millisecond), early, h.HTTP2, h.GoAwayAcked, h.CloseSpread, h.Took.Round(time.Millisecond))
+				if len(moved) != n {
+					t.Errorf("%d new connections to B; want %d, one per client", len(moved), n)
+				}
+				if spread && (span < window/2 || early > n/2 || h.CloseSpread != window) {
+					t.Errorf("new connections span %v with %d of %d in the first quarter, report's spread %v; want them spread over %v",
+						span, early, len(moved), h.CloseSpread, window)
+				}
+				if !spread && (span >= window/4 || h.CloseSpread != 0) {
+					t.Errorf("without CloseSpread the new connections span %v (report's spread %v); want them at once", span, h.CloseSpread)
+				}
+				if h.HTTP2 != n || h.GoAwayAcked != n || len(h.Forced) != 0 || h.SilentClosed != 0 {
+					t.Errorf("A's report %+v: want %d HTTP/2 connections, all acked, none forced or silent", h, n)
+				}
+			})
+		})
+	}
+}
+
+// closeSpreadHTTP2 runs TestCloseSpreadHTTP2's n clients across A's Shutdown
+// with CloseSpread spread, and returns when B accepted each new connection,
+// after A's Shutdown began, in order, and A's report.
+func closeSpreadHTTP2(t *testing.T, n int, spread time.Duration) ([]time.Duration, *drain.Report) {
+	cert := netnstest.NewCert(t)
+	l1 := listenTCP(t, "127.0.0.1:0")
+	addr := l1.Addr().String()
+	f, err := l1.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var accepted []time.Time // by B
+	a := &drain.Server{HTTP: &http.Server{Handler: named("A")}, CloseSpread: spread, Listener: drain.Options{Shared: true}}
+	b := &drain.Server{HTTP: &http.Server{Handler: named("B"), ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			accepted = append(accepted, time.Now())
+			mu.Unlock()
+		}
+	}}}
+	waitA := serve(t, func() error { return a.ServeTLS(l1, cert.CertFile, cert.KeyFile) })
+	clients := make([]*http.Client, n)
+	get := func(c *http.Client) (string, error) {
+		resp, err := c.Get("https://" + addr + "/")
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return "", err
+		}
+		if resp.ProtoMajor != 2 {
+			return "", fmt.Errorf("%s, want HTTP/2", resp.Proto)
+		}
+		return resp.Header.Get("X-Server"), nil
+	}
+	for i := range clients {
+		tr := &http.Transport{TLSClientConfig: cert.Client(), ForceAttemptHTTP2: true}
+		defer tr.CloseIdleConnections()
+		clients[i] = &http.Client{Timeout: 10 * time.Second, Transport: tr}
+		if s, err := get(clients[i]); err != nil || s != "A" {
+			t.Fatalf("client %d: %q, %v; want A", i, s, err)
+		}
+	}
+	waitB := serve(t, func() error { return b.ServeTLS(l2, cert.CertFile, cert.KeyFile) })
+
+	stop := make(chan struct{})
+	last := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < 5000; k++ { // bounded: 2 ms apart, stopped long before
+				select {
+				case <-stop:
+					return
+				case <-time.After(2 * time.Millisecond):
+				}
+				if last[i], errs[i] = get(c); errs[i] != nil {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	rep, err := a.Shutdown(ctx)
+	if err != nil {
+		t.Errorf("A's Shutdown: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if _, err := b.Shutdown(ctx); err != nil {
+		t.Errorf("B's Shutdown: %v", err)
+	}
+	waitA()
+	waitB()
+	for i := range clients {
+		if errs[i] != nil || last[i] != "B" {
+			t.Errorf("client %d: last answered by %q, error %v; want B, none", i, last[i], errs[i])
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var moved []time.Duration
+	for _, at := range accepted {
+		moved = append(moved, at.Sub(t0))
+	}
+	slices.Sort(moved)
+	return moved, rep
 }
 
 // TestCloseSpreadCompressed: a ctx deadline nearer than twice CloseSpread
