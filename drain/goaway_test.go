@@ -474,16 +474,7 @@ func leaveAfterStop(t *testing.T, h2 bool) {
 	netnstest.CheckLeaks(t)
 	const n = 8
 	defer drain.SetTestHookStopListener(func() { time.Sleep(200 * time.Millisecond) })()
-	l1 := listenTCP(t, "127.0.0.1:0")
-	f, err := l1.File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l2, err := net.FileListener(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l1, l2 := oneSocket(t)
 	a := &drain.Server{HTTP: &http.Server{Handler: named("A")}, Listener: drain.Options{Shared: true}}
 	b := &drain.Server{HTTP: &http.Server{Handler: named("B")}}
 	proto := 1

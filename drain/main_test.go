@@ -40,6 +40,24 @@ func listenTCP(t testing.TB, addr string) *net.TCPListener {
 	return l.(*net.TCPListener)
 }
 
+// oneSocket listens on 127.0.0.1 and returns the listener and a second
+// listener on a duplicate of its fd: two servers on one socket, as a
+// predecessor and its successor after a handoff.
+func oneSocket(t testing.TB) (*net.TCPListener, net.Listener) {
+	t.Helper()
+	l1 := listenTCP(t, "127.0.0.1:0")
+	f, err := l1.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l1, l2
+}
+
 // request is an HTTP/1.1 request that asks for the connection to be closed.
 func request(path string) []byte {
 	return []byte("GET " + path + " HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")

@@ -113,17 +113,8 @@ func TestCloseSpreadTLS(t *testing.T) {
 func closeSpreadTLS(t *testing.T, spread time.Duration) ([]time.Duration, *drain.Report) {
 	const n = 16
 	cert := netnstest.NewCert(t)
-	l1 := listenTCP(t, "127.0.0.1:0")
+	l1, l2 := oneSocket(t)
 	addr := l1.Addr().String()
-	f, err := l1.File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l2, err := net.FileListener(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	a := &drain.Server{HTTP: &http.Server{Handler: named("A")}, CloseSpread: spread, IdleGrace: 5 * time.Second,
 		Listener: drain.Options{Shared: true}}
 	b := &drain.Server{HTTP: &http.Server{Handler: named("B")}}
@@ -280,17 +271,8 @@ func TestCloseSpreadHTTP2(t *testing.T) {
 // after A's Shutdown began, in order, and A's report.
 func closeSpreadHTTP2(t *testing.T, n int, spread time.Duration) ([]time.Duration, *drain.Report) {
 	cert := netnstest.NewCert(t)
-	l1 := listenTCP(t, "127.0.0.1:0")
+	l1, l2 := oneSocket(t)
 	addr := l1.Addr().String()
-	f, err := l1.File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l2, err := net.FileListener(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var accepted []time.Time // by B
 	a := &drain.Server{HTTP: &http.Server{Handler: named("A")}, CloseSpread: spread, Listener: drain.Options{Shared: true}}

@@ -24,27 +24,20 @@ func Control(c syscall.Conn, f func(fd int) error) error {
 
 // Unread is how many bytes wait in the socket's receive queue, not yet read
 // by its owner (SIOCINQ).
-func Unread(c syscall.Conn) (int, error) {
-	var n int
-	err := Control(c, func(fd int) error {
-		var err error
-		if n, err = unix.IoctlGetInt(fd, unix.SIOCINQ); err != nil {
-			return os.NewSyscallError("ioctl SIOCINQ", err)
-		}
-		return nil
-	})
-	return n, err
-}
+func Unread(c syscall.Conn) (int, error) { return ioctlInt(c, unix.SIOCINQ, "SIOCINQ") }
 
 // Unsent is how many bytes the socket has sent, or has yet to send, that
 // its peer has not acknowledged (SIOCOUTQ): 0 when the peer's TCP has every
 // byte written.
-func Unsent(c syscall.Conn) (int, error) {
+func Unsent(c syscall.Conn) (int, error) { return ioctlInt(c, unix.SIOCOUTQ, "SIOCOUTQ") }
+
+// ioctlInt reads the int the ioctl req (named name in errors) gives of c.
+func ioctlInt(c syscall.Conn, req uint, name string) (int, error) {
 	var n int
 	err := Control(c, func(fd int) error {
 		var err error
-		if n, err = unix.IoctlGetInt(fd, unix.SIOCOUTQ); err != nil {
-			return os.NewSyscallError("ioctl SIOCOUTQ", err)
+		if n, err = unix.IoctlGetInt(fd, req); err != nil {
+			return os.NewSyscallError("ioctl "+name, err)
 		}
 		return nil
 	})
