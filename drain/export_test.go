@@ -32,3 +32,11 @@ func SetTestHookListenerStopped(f func()) (restore func()) {
 	testHookListenerStopped = f
 	return func() { testHookListenerStopped = nil }
 }
+
+// SetTestHookLeft makes f run once a stop has told the clients to leave
+// (f may hold the stop there), until the returned func is called. Set it
+// before the server serves.
+func SetTestHookLeft(f func()) (restore func()) {
+	testHookLeft = f
+	return func() { testHookLeft = nil }
+}

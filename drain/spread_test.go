@@ -225,7 +225,9 @@ func closeSpreadTLS(t *testing.T, spread time.Duration) ([]time.Duration, *drain
 // http.Transport, one HTTP/2 connection each to A, a request every 2 ms,
 // across A's Shutdown. With CloseSpread 1 s A tells them to go away spread
 // over the window (their new connections reach B over at least half of
-// it); at 0 all within a few milliseconds. Not one request fails, and every
+// it, at most half of them in its first quarter); at 0 at once (at least
+// three quarters in the first quarter: under the race detector and CI's
+// load, 16 clients' reconnections took 357 ms). Not one request fails, and every
 // client acks its first step.
 func TestCloseSpreadHTTP2(t *testing.T) {
 	const window, n = time.Second, 16
@@ -255,8 +257,8 @@ func TestCloseSpreadHTTP2(t *testing.T) {
 					t.Errorf("new connections span %v with %d of %d in the first quarter, report's spread %v; want them spread over %v",
 						span, early, len(moved), h.CloseSpread, window)
 				}
-				if !spread && (span >= window/4 || h.CloseSpread != 0) {
-					t.Errorf("without CloseSpread the new connections span %v (report's spread %v); want them at once", span, h.CloseSpread)
+				if !spread && (early < 3*n/4 || h.CloseSpread != 0) {
+					t.Errorf("without CloseSpread %d of %d new connections came in the first quarter (span %v, report's spread %v); want them at once", early, len(moved), span, h.CloseSpread)
 				}
 				if h.HTTP2 != n || h.GoAwayAcked != n || len(h.Forced) != 0 || h.SilentClosed != 0 {
 					t.Errorf("A's report %+v: want %d HTTP/2 connections, all acked, none forced or silent", h, n)

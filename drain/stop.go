@@ -47,15 +47,25 @@ func (l *Listener) stop(ctx context.Context, leaving func()) {
 }
 
 // leave runs the stop's leaving func, if any, the first time it is called:
-// each method calls it right before the syscall after which no new
-// connection reaches our socket (a client told then to leave and reconnect
-// reaches another socket, or none), and a step-out once the other members
-// cover every CPU.
+// each method calls it at the syscall after which no new connection reaches
+// us, so that a client told then to leave reconnects to another socket, or
+// finds none. Right before a shutdown (the clients of a lone listener, or of
+// siblings, see it refuse from then on: one told an instant before has its
+// connection migrated or accepted as before); right after the close of a
+// socket that may live on in a successor (until our close, our Accept could
+// still take a client we told); a step-out once the other members cover
+// every CPU.
 func (l *Listener) leave() {
 	if l.leaving != nil {
 		l.leaving()
+		if testHookLeft != nil {
+			testHookLeft()
+		}
 	}
 }
+
+// testHookLeft, if set by a test, runs once the stop's leaving func has.
+var testHookLeft func()
 
 // reapLater closes, after CloseTimeout, the drained connections no Accept has
 // taken by then (Close cannot wait for Accept), once.
@@ -285,8 +295,8 @@ func (l *Listener) release(r *Report, id identity) error {
 		r.QueueAtClose = int(q.Len)
 	}
 	before, cerr := reuseport.ReadCounters()
-	l.leave()
 	err := closeListener(l.tl)
+	l.leave() // after: the socket lives on in a successor, which takes the clients told now
 	after, cerr2 := reuseport.ReadCounters()
 	r.LeftQueued = r.QueueAtClose
 	g, lerr := reuseport.InspectMembers(context.Background(), netipString(ap))
