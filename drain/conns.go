@@ -313,32 +313,26 @@ func (t *tracker) wait(ctx context.Context, grace time.Duration) error {
 // until the server closes it), and net/http's HTTP/2 server waits 1 s for
 // that. It returns how many it closed.
 func (t *tracker) closeNamed() int {
+	type named struct {
+		c net.Conn
+		g *h2Conn
+	}
 	t.mu.Lock()
-	var named []net.Conn
+	var ns []named
 	for c, ci := range t.conns {
 		if ci.g != nil && ci.state == http.StateIdle && ci.g.named.Load() && !ci.g.closing.Load() {
-			named = append(named, c)
+			ns = append(ns, named{c, ci.g})
 		}
 	}
 	t.mu.Unlock()
 	n := 0
-	for _, c := range named {
-		if g := t.h2(c); g != nil && unsent(c) == 0 && g.closing.CompareAndSwap(false, true) {
-			c.Close()
+	for _, x := range ns {
+		if unsent(x.c) == 0 && x.g.closing.CompareAndSwap(false, true) {
+			x.c.Close()
 			n++
 		}
 	}
 	return n
-}
-
-// h2 returns c's h2Conn, if it is still tracked.
-func (t *tracker) h2(c net.Conn) *h2Conn {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if ci := t.conns[c]; ci != nil {
-		return ci.g
-	}
-	return nil
 }
 
 // closeNamedWhile runs closeNamed every namedPoll until the returned func is
