@@ -9,24 +9,37 @@ import (
 
 // TestChooseNeverShutsDownUnsure: whatever the group looks like, a holder
 // scan that cannot prove we are the last holder, or a socket known to be
-// shared, never yields a method that shuts the socket down.
+// shared, never yields a method that shuts the socket down. A socket received
+// from a predecessor is shut down only after a scan that read every process,
+// old or young, in our tree or not: an unreadable predecessor (not dumpable,
+// another UID) can never prove it let go.
 func TestChooseNeverShutsDownUnsure(t *testing.T) {
 	groups := []Report{{}, {Siblings: 2, Migration: true}, {Siblings: 1}, {Migration: true}}
+	const unsure = "the holder scan could not read the fds of 1 processes started after us (pids [7])"
+	const blind = "the holder scan could not read the fds of 1 processes (pids [3])"
+	scans := []scan{{}, {unsure: unsure, blind: unsure}, {blind: blind}}
 	for _, g := range groups {
 		for _, sh := range []string{"", shared.Successor, shared.Predecessor, shared.Systemd, sharedByOption} {
-			for _, unsure := range []string{"", "the holder scan could not read the fds of 1 processes started after us (pids [7])"} {
+			for _, sc := range scans {
 				r := g
 				r.Shared = sh
-				m, why := choose(&r, unsure)
+				m, why := choose(&r, sc)
 				known := sh != "" && sh != shared.Predecessor
-				if (unsure != "" || known) && m != MethodRelease {
-					t.Errorf("group %+v shared %q unsure %q: method %s (%s), want release", g, sh, unsure, m, why)
+				mayHold := sc.unsure != "" || (sh == shared.Predecessor && sc.blind != "")
+				if (mayHold || known) && m != MethodRelease {
+					t.Errorf("group %+v shared %q scan %+v: method %s (%s), want release", g, sh, sc, m, why)
 				}
-				if unsure != "" && sh == "" && !strings.Contains(why, unsure) {
-					t.Errorf("shared %q unsure %q: why %q does not say why", sh, unsure, why)
+				if sc.unsure != "" && sh == "" && !strings.Contains(why, sc.unsure) {
+					t.Errorf("shared %q scan %+v: why %q does not say why", sh, sc, why)
 				}
-				if unsure == "" && !known && m == MethodRelease {
-					t.Errorf("group %+v shared %q, complete scan, no holder: release, want a shutdown method", g, sh)
+				if sh == shared.Predecessor && sc.blind != "" && !strings.Contains(why, sc.blind) {
+					t.Errorf("shared %q scan %+v: why %q does not say what the scan could not read", sh, sc, why)
+				}
+				if !mayHold && !known && m == MethodRelease {
+					t.Errorf("group %+v shared %q, scan %+v, no holder: release, want a shutdown method", g, sh, sc)
+				}
+				if want := mayHold && !known; (sc.careful(&r) != "") != want {
+					t.Errorf("shared %q scan %+v: careful %q, want accept-then-release %v", sh, sc, sc.careful(&r), want)
 				}
 			}
 		}

@@ -82,9 +82,30 @@
 // or received it from a predecessor, or got it from systemd (socket
 // activation or the fd store): handoff records that itself (the fact does not
 // come from /proc), and Report.Shared says which. Options.Shared marks any
-// other listener shared, for example one a supervisor passed us and keeps. A
-// socket received from a predecessor stops counting as shared once a complete
-// scan shows the predecessor no longer holds it.
+// other listener shared, for example one a supervisor passed us and keeps.
+// A socket handed to a successor, held by systemd or marked by the option is
+// shared for good. A socket received from a predecessor stops counting as
+// shared only when a scan that read the fds of every process /proc shows
+// (old or young, in our tree or not) finds no other holder: the predecessor,
+// or a process it passed the socket to, can be any process, and one we
+// cannot read (not dumpable, as every setcap binary is; another UID) can
+// never prove it let go. Until then the stop accepts what is queued, then
+// releases the socket. A successor whose Ready failed (its predecessor still
+// serves) thus never stops the socket under its predecessor.
+//
+// Which decisions rest on the holder scan, and why each fails safe:
+//   - shutdown() of an unmarked socket: only when the scan is complete for
+//     inherited holders (below); an incomplete one releases instead.
+//   - shutdown() of a socket received from a predecessor: only when the scan
+//     read every process; an unreadable one releases instead.
+//   - Report.OtherHolders, Report.Unreadable and Report.StillListening are
+//     what it saw; a process it saw hold the socket always means release.
+//
+// A release that was not needed (we were the last holder) costs what close()
+// costs: what arrives between the last accept and the close may be reset (or
+// migrated by close() with siblings and tcp_migrate_req=1); a shutdown that
+// was not safe would stop the service in every other holder. So every
+// uncertainty chooses release.
 //
 // Otherwise the scan decides, and it must be complete. A socket reaches
 // another process in two ways: sent over a unix socket, which handoff and

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,7 @@ const (
 	envOwnAddr   = "ZD_OWN_ADDR"   // address of "http"
 	envOwnProc   = "ZD_OWN_PROC"   // 1: mount a /proc of our PID namespace first (CLONE_NEWPID|CLONE_NEWNS)
 	envOwnForget = "ZD_OWN_FORGET" // 1: take back handoff's mark before the drain, as if another tool had handed the socket on
+	envOwnPID    = "ZD_OWN_PID"    // handoff.Config.PIDFile, whose directory the helper removes before Ready: Ready fails, and the helper drains
 )
 
 func init() { netnstest.RegisterHelper("owner", ownerMain) }
@@ -67,7 +69,7 @@ func owner() error {
 		}
 	}
 	ctx := context.Background()
-	cfg := handoff.Config{Path: os.Getenv(envOwnPath), Timeout: 30 * time.Second, Listen: reuseport.Config{Migration: reuseport.MigrationIgnore}}
+	cfg := handoff.Config{Path: os.Getenv(envOwnPath), PIDFile: os.Getenv(envOwnPID), Timeout: 30 * time.Second, Listen: reuseport.Config{Migration: reuseport.MigrationIgnore}}
 	if s := os.Getenv(envOwnAllow); s != "" {
 		uid, err := strconv.ParseUint(s, 10, 32)
 		if err != nil {
@@ -109,11 +111,21 @@ func owner() error {
 			}()
 		}
 	}()
-	if err := u.Ready(); err != nil {
-		return err
+	if p := os.Getenv(envOwnPID); p != "" {
+		if err := os.Remove(filepath.Dir(p)); err != nil {
+			return err
+		}
 	}
-	fmt.Printf("ready %d %d\n", u.Generation(), os.Getpid())
-	<-u.Exit()
+	if err := u.Ready(); err != nil {
+		if os.Getenv(envOwnPID) == "" {
+			return err
+		}
+		// As zerodrop.Serve does after "ready failed": drain and exit.
+		fmt.Printf("unready %d %d\n", u.Generation(), os.Getpid())
+	} else {
+		fmt.Printf("ready %d %d\n", u.Generation(), os.Getpid())
+		<-u.Exit()
+	}
 	if os.Getenv(envOwnForget) != "" {
 		if err := linux.Control(dl, func(fd int) error { return shared.Unmark(fd, shared.Successor) }); err != nil {
 			return err
@@ -279,6 +291,104 @@ func testHanded(t *testing.T, pred, succ netnstest.HelperOptions, unsure bool) {
 	if n := failed.Load(); n > 0 {
 		t.Errorf("%d requests failed (first: %v)", n, firstErr.Load())
 	}
+}
+
+// TestUnreadySuccessorReleases: a successor inherits the listener, then its
+// Ready fails (its PID file's directory is missing) before the predecessor
+// was told anything, and it drains as zerodrop.Serve does after "ready
+// failed". The predecessor still serves the socket, and the successor cannot
+// see it hold it: the predecessor is not dumpable, runs under another UID, or
+// lives in another PID namespace. The successor's drain must release the
+// socket (never shut it down, which would stop it in the predecessor too),
+// and the predecessor must answer every request after the successor exited.
+func TestUnreadySuccessorReleases(t *testing.T) {
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	other := &syscall.Credential{Uid: 65533, Gid: 65534}
+	cases := []struct {
+		name       string
+		pred, succ *syscall.Credential
+		predEnv    []string
+		succEnv    []string
+		pidns      bool
+	}{
+		{name: "nondumpable", pred: nobody, succ: nobody, predEnv: []string{envOwnNoDump + "=1"}},
+		{name: "other-uid", pred: nobody, succ: other, predEnv: []string{envOwnAllow + "=65533"}, succEnv: []string{envOwnAllow + "=65534"}},
+		{name: "pid-namespaces", pidns: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+				opts := func(cred *syscall.Credential, env []string) netnstest.HelperOptions {
+					o := netnstest.HelperOptions{Credential: cred, Env: env}
+					if tc.pidns {
+						o.Env = append(o.Env, envOwnProc+"=1")
+						o.Setup = func(cmd *exec.Cmd) { cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID | syscall.CLONE_NEWNS }
+					}
+					return o
+				}
+				// The successor's PID file directory: its own, removed by
+				// the successor itself after handoff.New checked it.
+				// In a sticky directory (as /tmp) that it may remove.
+				top, err := os.MkdirTemp("", "zd-unready-")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { os.RemoveAll(top) })
+				if err := os.Chmod(top, 0o777|os.ModeSticky); err != nil {
+					t.Fatal(err)
+				}
+				dir := filepath.Join(top, "run")
+				if err := os.Mkdir(dir, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if tc.succ != nil {
+					if err := os.Chown(dir, int(tc.succ.Uid), int(tc.succ.Gid)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				testUnready(t, opts(tc.pred, tc.predEnv), opts(tc.succ, append(tc.succEnv, envOwnPID+"="+filepath.Join(dir, "pid"))))
+			})
+		})
+	}
+}
+
+func testUnready(t *testing.T, pred, succ netnstest.HelperOptions) {
+	bin := netnstest.ExecutableCopy(t)
+	probe := listenTCP(t, "127.0.0.1:0")
+	addr := probe.Addr().String()
+	probe.Close()
+	common := []string{envOwnPath + "=@zd-unready-" + strconv.Itoa(os.Getpid()), envOwnAddr + "=" + addr}
+	pred.Path, pred.Env = bin, append(append([]string{}, common...), pred.Env...)
+	succ.Path, succ.Env = bin, append(append([]string{}, common...), succ.Env...)
+
+	p1 := startOwner(t, pred)
+	p1.Expect(t, "ready")
+	p2 := startOwner(t, succ)
+	p2.Expect(t, "unready")
+	rep := p2.Expect(t, "report")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	werr := p2.Wait(ctx)
+	cancel()
+	if werr != nil {
+		t.Errorf("successor: %v", werr)
+	}
+	t.Logf("successor's report %v", rep[1:])
+	if rep[1] != string(drain.MethodRelease) || rep[2] != "true" {
+		t.Errorf("the successor that never became ready stopped with method %s, still listening %s; want release, true", rep[1], rep[2])
+	}
+	answered := 0
+	for i := range 20 {
+		g, err := ask(addr)
+		if err != nil || g != 1 {
+			t.Errorf("request %d after the successor exited: generation %d, %v; want 1", i, g, err)
+			continue
+		}
+		answered++
+	}
+	if answered != 20 {
+		t.Errorf("the predecessor answered %d of 20 requests after its successor failed", answered)
+	}
+	p1.Kill()
 }
 
 // TestSharedLastHolder: a listener marked shared (Options.Shared) that no

@@ -101,17 +101,17 @@ func (l *Listener) run(ctx context.Context) (*Report, error) {
 	}
 	r.QueuedAtStop = int(q.Len)
 	id := l.identify(r)
-	unsure := l.look(ctx, r, id)
+	sc := l.look(ctx, r, id)
 	drainStart := time.Now()
-	r.Method, r.Why = choose(r, unsure)
+	r.Method, r.Why = choose(r, sc)
 	if l.opts.StepOut && r.Method != MethodRelease {
 		l.tryStepOut(ctx, r, id)
 	}
 	switch r.Method {
 	case MethodRelease:
-		if unsure != "" && r.Shared == "" && len(r.OtherHolders) == 0 {
+		if why := sc.careful(r); why != "" {
 			l.opts.Logger.Warn("holder scan incomplete; releasing the socket instead of shutting it down", zap.String("event", "drain.unsure"),
-				zap.String("addr", r.Addr), zap.String("why", unsure), zap.Ints("unreadable", r.Unreadable))
+				zap.String("addr", r.Addr), zap.String("why", why), zap.Ints("unreadable", r.Unreadable))
 			// Nothing says another process serves on it: take what is
 			// queued first, which loses nothing if one does, so that a
 			// last holder's close finds the queue empty.
@@ -137,18 +137,23 @@ func (l *Listener) run(ctx context.Context) (*Report, error) {
 
 // choose picks the method. shutdown() (MethodMigrate, MethodAccept) stops the
 // socket in every process that holds it, so it is chosen only when nothing
-// says another process holds it and the holder scan proves none does (unsure
-// is why it cannot). A socket received from a predecessor is shared while the
-// predecessor holds it, which a complete scan can show has ended.
-func choose(r *Report, unsure string) (Method, string) {
-	gone := r.Shared == shared.Predecessor && unsure == "" && len(r.OtherHolders) == 0
+// says another process holds it and the holder scan proves none does. A
+// socket received from a predecessor is shared until a scan that read every
+// process shows the predecessor no longer holds it: the predecessor (or a
+// process it passed the socket to) may be any process, so one the scan cannot
+// read, whatever its age or place in the tree, leaves it shared. A socket
+// handed to a successor, or held by systemd, is shared for good.
+func choose(r *Report, sc scan) (Method, string) {
+	gone := r.Shared == shared.Predecessor && sc.blind == "" && len(r.OtherHolders) == 0
 	switch {
+	case r.Shared == shared.Predecessor && !gone && len(r.OtherHolders) == 0:
+		return MethodRelease, "the socket is shared: " + r.Shared + " (accepted what was queued, then released: " + sc.blind + ")"
 	case r.Shared != "" && !gone:
 		return MethodRelease, "the socket is shared: " + r.Shared
 	case len(r.OtherHolders) > 0:
 		return MethodRelease, fmt.Sprintf("processes %v hold the same socket: it keeps listening", r.OtherHolders)
-	case unsure != "":
-		return MethodRelease, "accepted what was queued, then released, not shut down, as another process may serve on it: " + unsure
+	case sc.unsure != "":
+		return MethodRelease, "accepted what was queued, then released, not shut down, as another process may serve on it: " + sc.unsure
 	}
 	m, why := MethodAccept, acceptWhy(r)
 	if r.Siblings > 0 && r.Migration {
@@ -158,6 +163,32 @@ func choose(r *Report, unsure string) (Method, string) {
 		why += "; the predecessor it came from no longer holds it"
 	}
 	return m, why
+}
+
+// scan is what the holder scan could not prove, each "" when it could.
+type scan struct {
+	// unsure: that no process inherited our socket unseen (an unreadable
+	// younger process of our parent's tree, a hidden /proc, a failure).
+	unsure string
+	// blind: that no process at all holds it unseen, as one we sent it to
+	// (or that a predecessor did) may be any process: unsure, or any
+	// process whose fds the scan could not read.
+	blind string
+}
+
+// careful says why a release must accept what is queued first (it loses
+// nothing if another process serves the socket, and leaves a last holder's
+// close an empty queue), or "" when another process is known to serve it.
+func (sc scan) careful(r *Report) string {
+	switch {
+	case len(r.OtherHolders) > 0:
+		return ""
+	case r.Shared == "":
+		return sc.unsure
+	case r.Shared == shared.Predecessor:
+		return sc.blind
+	}
+	return ""
 }
 
 func acceptWhy(r *Report) string {
@@ -207,14 +238,28 @@ func (l *Listener) identify(r *Report) identity {
 
 // look fills what the kernel shows: siblings, other holders of our socket,
 // the migration sysctl and how many other listeners move the same counters.
-// It returns why the holder scan cannot prove that no other process holds our
-// socket, or "" when it proves it: a failure, an unreadable process, a /proc
-// that hides processes, or a scan that does not see us hold it.
-func (l *Listener) look(ctx context.Context, r *Report, id identity) (unsure string) {
+// It returns what the holder scan could not prove (see scan).
+func (l *Listener) look(ctx context.Context, r *Report, id identity) scan {
+	unsure, unreadable := l.inspect(ctx, r, id)
+	switch {
+	case unsure != "":
+		return scan{unsure: unsure, blind: unsure}
+	case len(unreadable) > 0:
+		return scan{blind: fmt.Sprintf("the holder scan could not read the fds of %d processes (%s)", len(unreadable), shortPIDs(unreadable))}
+	}
+	return scan{}
+}
+
+// inspect is look's scan. It returns why the holder scan cannot prove that
+// no process inherited our socket unseen, or "" when it proves it: a
+// failure, an unreadable process of our parent's tree younger than us, a
+// /proc that hides processes, or a scan that does not see us hold it; and
+// every process whose fds it could not read.
+func (l *Listener) inspect(ctx context.Context, r *Report, id identity) (unsure string, unreadable []int) {
 	t0 := time.Now()
 	defer func() { r.InspectTook = time.Since(t0) }()
 	if id.err != nil {
-		return "cannot identify our socket: " + id.err.Error()
+		return "cannot identify our socket: " + id.err.Error(), nil
 	}
 	if on, err := reuseport.MigrationEnabled(); err == nil {
 		r.Migration = on
@@ -225,7 +270,7 @@ func (l *Listener) look(ctx context.Context, r *Report, id identity) (unsure str
 	g, err := reuseport.Inspect(ctx, netipString(ap))
 	if err != nil {
 		r.Errors = append(r.Errors, err.Error())
-		return "the holder scan failed: " + err.Error()
+		return "the holder scan failed: " + err.Error(), nil
 	}
 	if all, err := sockdiag.Listeners(0); err == nil && len(all) > 1 {
 		r.Estimated = true
@@ -236,7 +281,7 @@ func (l *Listener) look(ctx context.Context, r *Report, id identity) (unsure str
 	// another holder would release the socket instead of shutting it down.
 	self, err := sockdiag.SelfPID()
 	if err != nil {
-		return "/proc does not show us: " + err.Error()
+		return "/proc does not show us: " + err.Error(), g.Unreadable
 	}
 	seen := false
 	if id.reuse {
@@ -257,23 +302,23 @@ func (l *Listener) look(ctx context.Context, r *Report, id identity) (unsure str
 	// Only a younger process of our parent's tree can have inherited our
 	// socket; any other holder was sent it, which handoff and systemd mark
 	// (Options.Shared otherwise).
-	unreadable, err := sockdiag.Suspects(g.Unreadable, self)
+	suspects, err := sockdiag.Suspects(g.Unreadable, self)
 	if err != nil {
-		return "cannot tell which unreadable processes could have inherited the socket: " + err.Error()
+		return "cannot tell which unreadable processes could have inherited the socket: " + err.Error(), g.Unreadable
 	}
-	r.Unreadable = unreadable
+	r.Unreadable = suspects
 	hidden, err := sockdiag.Hidden()
 	switch {
-	case len(unreadable) > 0:
-		return fmt.Sprintf("the holder scan could not read the fds of %d processes of our parent's tree started after us (%s)", len(unreadable), shortPIDs(unreadable))
+	case len(suspects) > 0:
+		return fmt.Sprintf("the holder scan could not read the fds of %d processes of our parent's tree started after us (%s)", len(suspects), shortPIDs(suspects)), g.Unreadable
 	case err != nil:
-		return "cannot tell whether /proc shows every process: " + err.Error()
+		return "cannot tell whether /proc shows every process: " + err.Error(), g.Unreadable
 	case hidden != "":
-		return hidden
+		return hidden, g.Unreadable
 	case !seen:
-		return fmt.Sprintf("the holder scan does not see pid %d holding the socket", self)
+		return fmt.Sprintf("the holder scan does not see pid %d holding the socket", self), g.Unreadable
 	}
-	return ""
+	return "", g.Unreadable
 }
 
 func shortPIDs(pids []int) string {
