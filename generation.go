@@ -140,9 +140,20 @@ func (g *Generation) Upgrader() *handoff.Upgrader { return g.u }
 // this generation serves: a successor first makes itself the service's main
 // process (MAINPID=), then READY=1 with status, and the watchdog pings
 // systemd asked for start (a successor's too, whatever WATCHDOG_PID says).
+//
+// Ready returns an error only when this generation must not serve: its
+// predecessor was not told to stop and still serves (close or drain what
+// Open took; a drain releases the inherited sockets), or a first generation
+// could not set up its handoff socket. Once the predecessor was told to stop,
+// this generation is the one that serves, and nothing after that point is a
+// reason to stop it: a later handoff step that failed
+// (handoff.ErrReadyIncomplete), MAINPID=, READY=1 or the watchdog's set-up
+// failing is logged (event zerodrop.ready_incomplete) and Ready returns nil.
 func (g *Generation) Ready(status string) error {
 	if g.u != nil {
-		if err := g.u.Ready(); err != nil {
+		if err := g.u.Ready(); errors.Is(err, handoff.ErrReadyIncomplete) {
+			g.incomplete("handoff", err)
+		} else if err != nil {
 			return err
 		}
 	}
@@ -154,11 +165,11 @@ func (g *Generation) Ready(status string) error {
 	gen := g.Number()
 	if gen > 1 { // a reload: we are the service's main process now
 		if err := n.MainPID(os.Getpid()); err != nil {
-			return err
+			g.incomplete("MAINPID", err)
 		}
 	}
 	if err := n.Ready(status); err != nil {
-		return err
+		g.incomplete("READY", err)
 	}
 	w, err := n.StartWatchdog(context.Background())
 	if err == nil && w == nil && gen > 1 { // WATCHDOG_PID still names the predecessor
@@ -167,8 +178,17 @@ func (g *Generation) Ready(status string) error {
 			w = n.Pinger(context.Background(), iv)
 		}
 	}
+	if err != nil {
+		g.incomplete("watchdog", err)
+	}
 	g.wd = w
-	return err
+	return nil
+}
+
+// incomplete logs a step of Ready that failed after the point where this
+// generation serves whatever happens.
+func (g *Generation) incomplete(step string, err error) {
+	g.log.Warn("ready incomplete; serving anyway", zap.String("event", "zerodrop.ready_incomplete"), zap.String("step", step), zap.Error(err))
 }
 
 // Wait serves the upgrade signals (each starts a successor: Options.Successor,

@@ -23,6 +23,7 @@ import (
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"golang.org/x/sys/unix"
 )
 
 // generationMain is one generation of a service built on Serve: it answers
@@ -36,7 +37,17 @@ import (
 // come at the stop, and of those served; close spread: the window the
 // keep-alive connections were told to close over, in ms, from
 // ZD_CLOSE_SPREAD).
+//
+// ZD_UID=<uid> makes it that user (and group) first, ZD_NODUMP=1 not
+// dumpable (as a setcap binary is); ZD_PIDFILE is Options.PIDFile, and with
+// ZD_BREAK_PIDFILE=1 a successor removes the PID file's directory before
+// its Ready (which then fails, its predecessor still serving). An error
+// prints the report first when Serve drained.
 func generationMain() {
+	if err := becomeTestUser(); err != nil {
+		fmt.Printf("error %v\n", err)
+		os.Exit(1)
+	}
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "%d\n", os.Getpid())
 	})}
@@ -56,15 +67,46 @@ func generationMain() {
 		Grace:         10 * time.Second,
 		NoConnHandoff: os.Getenv("ZD_NO_CONN_HANDOFF") != "",
 		Pool:          os.Getenv("ZD_POOL"),
-		OnServing:     func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },
+		PIDFile:       os.Getenv("ZD_PIDFILE"),
+		OnListen: func(gen uint64, _ []net.Addr) {
+			if gen > 1 && os.Getenv("ZD_BREAK_PIDFILE") != "" {
+				os.RemoveAll(filepath.Dir(os.Getenv("ZD_PIDFILE")))
+			}
+		},
+		OnServing: func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },
 	})
+	if rep != nil && len(rep.Drains) > 0 && rep.Drains[0] != nil {
+		d := rep.Drains[0]
+		fmt.Printf("report %d %s %s %d %d %d %d %d %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method,
+			d.Remainder+len(d.HTTP.Forced), d.HTTP.IdleClosed, d.HTTP.HandedOver, d.HTTP.TLSPending, d.HTTP.TLSPendingServed, d.HTTP.CloseSpread.Milliseconds())
+	}
 	if err != nil {
 		fmt.Printf("error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 		os.Exit(1)
 	}
-	d := rep.Drains[0]
-	fmt.Printf("report %d %s %s %d %d %d %d %d %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method,
-		d.Remainder+len(d.HTTP.Forced), d.HTTP.IdleClosed, d.HTTP.HandedOver, d.HTTP.TLSPending, d.HTTP.TLSPendingServed, d.HTTP.CloseSpread.Milliseconds())
+}
+
+// becomeTestUser applies ZD_UID and ZD_NODUMP (see generationMain).
+func becomeTestUser() error {
+	if s := os.Getenv("ZD_UID"); s != "" && s != strconv.Itoa(os.Getuid()) { // a successor inherits the user
+		id, err := strconv.Atoi(s)
+		if err != nil {
+			return err
+		}
+		if err := syscall.Setgroups(nil); err != nil {
+			return err
+		}
+		if err := syscall.Setgid(id); err != nil {
+			return err
+		}
+		if err := syscall.Setuid(id); err != nil {
+			return err
+		}
+	}
+	if os.Getenv("ZD_NODUMP") != "" {
+		return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	}
+	return nil
 }
 
 // TestServeUpgrade runs a service built on Serve through an upgrade and a

@@ -41,6 +41,14 @@ var (
 	ErrNoAnswer = errors.New("predecessor does not answer")
 	// ErrClosed: the Upgrader was closed.
 	ErrClosed = errors.New("upgrader closed")
+	// ErrReadyIncomplete: Ready told the predecessor to stop, then a later
+	// step failed (the predecessor's done, the handoff socket for a
+	// successor, the PID file). The predecessor stops, or has stopped: this
+	// process is the one that serves the sockets now, and must go on
+	// serving them (draining them would leave nobody serving); the error
+	// says what it lacks. Any other Ready error left the predecessor
+	// serving.
+	ErrReadyIncomplete = errors.New("ready incomplete: the predecessor was told to stop")
 )
 
 // FrameError is a frame that could not be read, decoded or accepted.

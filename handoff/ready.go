@@ -15,8 +15,11 @@ import (
 // stop (its Exit channel closes) and answers done; then this process serves
 // the handoff socket for its own successor, and writes the PID file. Inherited
 // sockets that no Listen call claimed are closed. Call it once every listener
-// is obtained (and, ideally, accepting). An error before the predecessor
-// answered leaves the predecessor serving.
+// is obtained (and, ideally, accepting). An error that matches
+// ErrReadyIncomplete came after the predecessor was told to stop: this
+// process serves alone now and must go on serving. Any other error left the
+// predecessor serving: this process never served for the service, and
+// should close what it inherited (a drain releases it) and exit.
 func (u *Upgrader) Ready() error {
 	u.mu.Lock()
 	if u.closed || u.ready {
@@ -65,9 +68,10 @@ func (u *Upgrader) Ready() error {
 			return u.opError(fmt.Errorf("ready: %w", err))
 		}
 	}
+	told := false
 	if pred != nil {
 		var done bool
-		done, err = u.signal(pred)
+		told, done, err = u.signal(pred)
 		u.afterSignal(pred, done)
 		if err == nil && s.ln == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), u.cfg.Timeout)
@@ -78,6 +82,9 @@ func (u *Upgrader) Ready() error {
 	if err == nil && !abstract(u.cfg.Path) {
 		s.ino, err = publish(tmp, u.cfg.Path)
 	}
+	if err != nil && told {
+		err = fmt.Errorf("%w: %w", ErrReadyIncomplete, err)
+	}
 	if err != nil {
 		if s.ln != nil {
 			s.ln.Close()
@@ -86,7 +93,7 @@ func (u *Upgrader) Ready() error {
 		removeTemp(pidTmp)
 		return u.opError(fmt.Errorf("ready: %w", err))
 	}
-	return u.serve(s, pidTmp)
+	return u.serve(s, pidTmp, told)
 }
 
 // removeTemp removes a temporary file we created, if any.
@@ -108,17 +115,20 @@ func (u *Upgrader) readyInherited(s *server, pred *conn, ln *net.UnixListener, p
 	if !abstract(u.cfg.Path) {
 		s.ino, err = adoptPath(u.cfg.Path, u.cfg.AllowUIDs)
 	}
-	done := false
+	told, done := false, false
 	if err == nil {
-		done, err = u.signal(pred)
+		told, done, err = u.signal(pred)
 	}
 	u.afterSignal(pred, done)
+	if err != nil && told {
+		err = fmt.Errorf("%w: %w", ErrReadyIncomplete, err)
+	}
 	if err != nil {
 		ln.Close()
 		removeTemp(pidTmp)
 		return u.opError(fmt.Errorf("ready: %w", err))
 	}
-	return u.serve(s, pidTmp)
+	return u.serve(s, pidTmp, true)
 }
 
 // takesList is what the ready frame says of the connections we take: the
@@ -130,12 +140,12 @@ func (u *Upgrader) takesList() []string {
 	return u.pass.takes()
 }
 
-// signal sends ready to the predecessor and waits for done (gotDone:
-// it came).
-func (u *Upgrader) signal(pred *conn) (gotDone bool, err error) {
+// signal sends ready to the predecessor (told: it was sent, so the
+// predecessor stops) and waits for done (gotDone: it came).
+func (u *Upgrader) signal(pred *conn) (told, gotDone bool, err error) {
 	start := time.Now()
 	if err := pred.send(&frame{Type: typeReady, Generation: u.inh.gen, Takes: u.takesList()}, nil); err != nil {
-		return false, err
+		return false, false, err
 	}
 	f, _, err := pred.recv(0)
 	if err == nil {
@@ -144,13 +154,13 @@ func (u *Upgrader) signal(pred *conn) (gotDone bool, err error) {
 	if err != nil && predecessorGone(err) {
 		// It read ready (it hung up only after), so it stops, or it died.
 		u.log.Warn("predecessor hung up without done; serving anyway", zap.Error(err))
-		return false, nil
+		return true, false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("waiting for done: %w", err)
+		return true, false, fmt.Errorf("waiting for done: %w", err)
 	}
 	u.log.Info("predecessor stopped", zap.String("event", "handoff.predecessor_stopped"), zap.Uint64("generation", u.inh.gen), zap.Duration("took", time.Since(start)))
-	return true, nil
+	return true, true, nil
 }
 
 // afterSignal ends the conversation with the predecessor, or, when it was
@@ -163,15 +173,22 @@ func (u *Upgrader) afterSignal(pred *conn, gotDone bool) {
 	u.pass.receiveFrom(pred)
 }
 
-// serve starts the handoff server and renames the PID file into place.
-func (u *Upgrader) serve(s *server, pidTmp string) error {
+// serve starts the handoff server and renames the PID file into place; told
+// says the predecessor was told to stop (its errors are ErrReadyIncomplete).
+func (u *Upgrader) serve(s *server, pidTmp string, told bool) error {
+	incomplete := func(err error) error {
+		if told {
+			return fmt.Errorf("%w: %w", ErrReadyIncomplete, err)
+		}
+		return err
+	}
 	u.mu.Lock()
 	if u.closed {
 		u.mu.Unlock()
 		s.ln.Close()
 		unpublish(s.cfg.path, s.ino)
 		removeTemp(pidTmp)
-		return u.opError(fmt.Errorf("ready: %w", ErrClosed))
+		return u.opError(fmt.Errorf("ready: %w", incomplete(ErrClosed)))
 	}
 	u.srv = s
 	s.wg.Add(1)
@@ -180,7 +197,7 @@ func (u *Upgrader) serve(s *server, pidTmp string) error {
 	u.log.Info("serving handoff socket", zap.String("event", "handoff.serving"), zap.Uint64("generation", u.inh.gen))
 	if pidTmp != "" {
 		if err := commitPIDFile(pidTmp, u.cfg.PIDFile); err != nil {
-			return u.opError(err)
+			return u.opError(incomplete(err))
 		}
 	}
 	return nil

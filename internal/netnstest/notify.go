@@ -2,6 +2,7 @@ package netnstest
 
 import (
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,8 +12,9 @@ import (
 // NotifySocket is the receiving end of an sd_notify socket, as systemd (PID 1)
 // has it: tests play systemd with it.
 type NotifySocket struct {
-	Addr string // the NOTIFY_SOCKET value: a path or "@abstract"
-	fd   int
+	Addr  string // the NOTIFY_SOCKET value: a path or "@abstract"
+	fd    int
+	close sync.Once
 }
 
 // ListenNotify binds a unixgram socket at addr (a path or "@abstract"),
@@ -23,7 +25,8 @@ func ListenNotify(tb testing.TB, addr string) *NotifySocket {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { unix.Close(fd) })
+	s := &NotifySocket{Addr: addr, fd: fd}
+	tb.Cleanup(s.Close)
 	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: addr}); err != nil {
 		tb.Fatal(err)
 	}
@@ -31,8 +34,12 @@ func ListenNotify(tb testing.TB, addr string) *NotifySocket {
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		tb.Fatal(err)
 	}
-	return &NotifySocket{Addr: addr, fd: fd}
+	return s
 }
+
+// Close closes the socket (once): a notification sent to an abstract
+// address is then refused, as when systemd is gone.
+func (s *NotifySocket) Close() { s.close.Do(func() { unix.Close(s.fd) }) }
 
 // notifyTimeout bounds a Recv.
 const notifyTimeout = 20 * time.Second
