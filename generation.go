@@ -194,8 +194,9 @@ func (g *Generation) incomplete(step string, err error) {
 // Wait serves the upgrade signals (each starts a successor: Options.Successor,
 // or this executable again; a failure is logged, and we go on serving) and
 // returns why the generation must stop, and with which Delay: CauseSuccessor
-// (delay 0: the successor serves the same sockets), a stop signal's name or
-// ctx's error (Options.Delay), or, when served yields a value (a server
+// (delay 0: the successor serves the same sockets; also when a stop signal
+// or ctx came while a successor was taking over and it did), a stop signal's
+// name or ctx's error (Options.Delay), or, when served yields a value (a server
 // stopped serving), "serve failed" with that value (delay 0).
 func (g *Generation) Wait(ctx context.Context, served <-chan error) (cause string, delay time.Duration, err error) {
 	var exit <-chan struct{}
@@ -211,13 +212,39 @@ func (g *Generation) Wait(ctx context.Context, served <-chan error) (cause strin
 		case <-exit:
 			return CauseSuccessor, 0, nil
 		case sig := <-g.stop:
+			if g.settle(ctx) {
+				return CauseSuccessor, 0, nil
+			}
 			return sig.String(), g.opts.Delay, nil
 		case <-ctx.Done():
+			if g.settle(context.Background()) {
+				return CauseSuccessor, 0, nil
+			}
 			return ctx.Err().Error(), g.opts.Delay, nil
 		case err := <-served:
 			return "serve failed", 0, err
 		}
 	}
+}
+
+// settle waits for a successor taking over right now (handoff's Settle,
+// bounded by its timeouts, ctx, or another stop signal) and reports whether
+// one took over: a stop requested meanwhile then hands over to it, as if the
+// successor's ready had come first.
+func (g *Generation) settle(ctx context.Context) bool {
+	if g.u == nil {
+		return false
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-g.stop: // asked twice: stop now
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return g.u.Settle(ctx)
 }
 
 // Stopping logs the stop and, unless a successor took over, tells systemd

@@ -136,3 +136,60 @@ func ownedDir(t *testing.T, uid int) string {
 	}
 	return dir
 }
+
+// TestServeStopDuringHandoff: a stop signal that reaches the old generation
+// while its successor takes over (sent by the successor itself, once it has
+// the listeners and the old generation waits for its ready, or right after
+// its Ready returned, as a deploy tool that stops the old generation once the
+// new one reports ready) must wait for that handoff and hand the keep-alive
+// connections over: every old generation reports "successor ready", no
+// connection is closed by a server, and no request fails.
+func TestServeStopDuringHandoff(t *testing.T) {
+	const clients, restarts = 64, 5
+	for _, point := range []string{"listen", "serving"} {
+		t.Run(point, func(t *testing.T) {
+			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+				bin := netnstest.ExecutableCopy(t)
+				addr := "127.0.0.1:8080"
+				env := []string{"ZERODROP_TEST_HELPER=generation", "ZD_SOCK=" + filepath.Join(t.TempDir(), "handoff.sock"), "ZD_ADDR=" + addr,
+					"ZD_TERM_PRED=" + point}
+				s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
+				pid := servingPID(t, s.Expect(t, "serving 1 "))
+				p := startKAPool(t, "http://"+addr+"/", clients)
+				p.waitFor(t, pid, 2*clients)
+				handedOver := 0
+				for gen := 2; gen <= restarts+1; gen++ {
+					if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+						t.Fatal(err)
+					}
+					next := servingPID(t, s.Expect(t, "serving "+strconv.Itoa(gen)+" "))
+					rep := strings.Fields(s.Expect(t, "report "+strconv.Itoa(gen-1)+" "))
+					if ws := s.Reap(t, pid, 30*time.Second); ws.ExitStatus() != 0 {
+						t.Errorf("generation %d exited with %v", gen-1, ws)
+					}
+					if rep[2] != "successor_ready" {
+						t.Errorf("generation %d stopped with %v, want successor_ready: the stop signal raced the handoff", gen-1, rep[2:])
+					}
+					n, _ := strconv.Atoi(rep[6])
+					handedOver += n
+					pid = next
+					p.waitFor(t, pid, clients)
+				}
+				failed, byClass, first := p.stop()
+				if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+				s.Expect(t, "report "+strconv.Itoa(restarts+1)+" ")
+				s.Reap(t, pid, 30*time.Second)
+				t.Logf("%d restarts: %d failed %v (first: %v); %d dials, %d closed by the server, %d by the clients; %d handed over",
+					restarts, failed, byClass, first, p.dials.Load(), p.serverClosed.Load(), p.clientClosed.Load(), handedOver)
+				if failed > 0 || p.serverClosed.Load() != 0 {
+					t.Errorf("%d requests failed (first: %v), %d connections closed by the server; want 0 and 0", failed, first, p.serverClosed.Load())
+				}
+				if want := clients*restarts - int(p.clientClosed.Load()); handedOver < want {
+					t.Errorf("%d connections handed over, want at least %d", handedOver, want)
+				}
+			})
+		})
+	}
+}

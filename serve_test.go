@@ -41,7 +41,11 @@ import (
 // ZD_UID=<uid> makes it that user (and group) first, ZD_NODUMP=1 not
 // dumpable (as a setcap binary is); ZD_PIDFILE is Options.PIDFile, and with
 // ZD_BREAK_PIDFILE=1 a successor removes the PID file's directory before
-// its Ready (which then fails, its predecessor still serving). An error
+// its Ready (which then fails, its predecessor still serving).
+// ZD_TERM_PRED=listen makes a successor send SIGTERM to its predecessor (its
+// parent) once it has its listeners (the predecessor waits for its ready),
+// ZD_TERM_PRED=serving right after its Ready (the predecessor sent done), as
+// a deploy tool that stops the old generation once the new one is up. An error
 // prints the report first when Serve drained.
 func generationMain() {
 	if err := becomeTestUser(); err != nil {
@@ -72,8 +76,16 @@ func generationMain() {
 			if gen > 1 && os.Getenv("ZD_BREAK_PIDFILE") != "" {
 				os.RemoveAll(filepath.Dir(os.Getenv("ZD_PIDFILE")))
 			}
+			if gen > 1 && os.Getenv("ZD_TERM_PRED") == "listen" {
+				syscall.Kill(os.Getppid(), syscall.SIGTERM)
+			}
 		},
-		OnServing: func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },
+		OnServing: func(gen uint64, addrs []net.Addr) {
+			fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0])
+			if gen > 1 && os.Getenv("ZD_TERM_PRED") == "serving" {
+				syscall.Kill(os.Getppid(), syscall.SIGTERM)
+			}
+		},
 	})
 	if rep != nil && len(rep.Drains) > 0 && rep.Drains[0] != nil {
 		d := rep.Drains[0]

@@ -269,9 +269,10 @@
 //
 // # Taking an idle connection from net/http
 //
-// The groundwork for handing keep-alive connections to a successor (not
-// wired into Server yet): a connection wrapper from which an idle HTTP/1.1
-// connection can be taken without losing or duplicating a byte. It is taken
+// Server.HandOver passes keep-alive connections to a successor (package
+// handoff) or a sibling instead of closing them; zerodrop.Serve sets it. It
+// stands on a connection wrapper from which an idle HTTP/1.1 connection can
+// be taken without losing or duplicating a byte. It is taken
 // only while net/http waits for the first byte of the next request with
 // nothing buffered, which the wrapper proves from net/http's calls between
 // two requests (StateIdle, one SetReadDeadline, then a Read with the whole

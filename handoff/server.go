@@ -49,8 +49,9 @@ type serverConfig struct {
 type server struct {
 	cfg   serverConfig
 	ln    *net.UnixListener
-	ino   uint64 // of the published file, to unlink only our own
-	busy  atomic.Bool
+	ino   uint64        // of the published file, to unlink only our own
+	busy  atomic.Bool   // a successor's handoff is in progress; set and cleared under mu
+	ended chan struct{} // closed when the handoff busy says is in progress ends
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns map[*conn]bool
@@ -288,7 +289,7 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 	if f.Role != roleSuccessor {
 		return &FrameError{Type: typeHello, Err: ErrProtocol, Detail: "role " + f.Role}
 	}
-	if !s.busy.CompareAndSwap(false, true) {
+	if !s.begin() {
 		c.send(&frame{Type: typeError, Code: codeInProgress, Message: ErrHandoffInProgress.Error()}, nil)
 		return ErrHandoffInProgress
 	}
@@ -304,9 +305,33 @@ func (s *server) converse(c *conn, log *zap.Logger) error {
 	// started after Observe reports the failure is not told "in progress".
 	s.mu.Lock()
 	s.busy.Store(false)
+	close(s.ended)
 	s.mu.Unlock()
 	s.done(res, err)
 	return err
+}
+
+// begin starts a successor's handoff, unless one is in progress.
+func (s *server) begin() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy.Load() {
+		return false
+	}
+	s.busy.Store(true)
+	s.ended = make(chan struct{})
+	return true
+}
+
+// inProgress returns a channel closed when the successor's handoff now in
+// progress ends (it took over, or failed), or nil when none is.
+func (s *server) inProgress() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.busy.Load() {
+		return nil
+	}
+	return s.ended
 }
 
 // done records the outcome of a handoff to a successor and reports it to

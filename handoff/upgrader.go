@@ -178,6 +178,31 @@ func (u *Upgrader) FallbackReason() error { return u.inh.fback }
 // listener now (close them), then drain.
 func (u *Upgrader) Exit() <-chan struct{} { return u.exit }
 
+// Settle waits until no successor is taking over (a handoff in progress ends
+// within Config.Timeout and ReadyTimeout, or when ctx ends), and reports
+// whether one took over (Exit is closed). A process told to stop while a
+// successor is taking over calls it first, so that the stop hands over to
+// that successor (its connections too) instead of racing it.
+func (u *Upgrader) Settle(ctx context.Context) (tookOver bool) {
+	u.mu.Lock()
+	srv := u.srv
+	u.mu.Unlock()
+	if srv != nil {
+		if ended := srv.inProgress(); ended != nil {
+			select {
+			case <-ended:
+			case <-ctx.Done():
+			}
+		}
+	}
+	select {
+	case <-u.exit:
+		return true
+	default:
+		return false
+	}
+}
+
 // Close stops serving the handoff socket, closes the Upgrader's references to
 // the sockets (listeners given to the caller stay open: the caller owns them)
 // and, before Ready, the connection to the predecessor, which then keeps
