@@ -267,7 +267,7 @@ func (p *passing) receiveFrom(pred *conn) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		receiveConns(pred, handlers, p.log)
+		receiveConns(pred, handlers, connWait, p.log)
 	}()
 }
 
@@ -441,18 +441,21 @@ func (c *conn) lastWord(timeout error) (*frame, error) {
 var testHookConnsSent, testHookConnsReceived func(first int)
 
 // connWait bounds how long a successor waits for the next batch of
-// connections; the predecessor closes the conversation when it is done.
+// connections from its predecessor, which closes the conversation when it
+// is done (a ConnListener waits its ConnsConfig.Timeout: a sibling's
+// conversation holds one of a few slots).
 const connWait = time.Hour
 
 // receiveConns is the successor's side of the connection passing: it reads
-// batches until the predecessor hangs up (or the Upgrader is closed),
+// batches until the predecessor hangs up, the Upgrader is closed, or no
+// batch came for idle (the conversation then ends: no batch is pending),
 // validates each fd, acks the batch, and then gives each connection to its
 // listener's handler. A batch that fails is refused with an error frame and
 // closed here: the predecessor still has every connection of it.
-func receiveConns(c *conn, handlers map[string]func(PassedConn), log *zap.Logger) {
+func receiveConns(c *conn, handlers map[string]func(PassedConn), idle time.Duration, log *zap.Logger) {
 	defer c.Close()
 	for n := 0; ; {
-		f, fds, err := c.recvWithin(BatchFDs, connWait)
+		f, fds, err := c.recvWithin(BatchFDs, idle)
 		if err == nil {
 			err = expect(f, typeConns)
 		}
@@ -476,6 +479,10 @@ func receiveConns(c *conn, handlers map[string]func(PassedConn), log *zap.Logger
 			}
 		}
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && f == nil {
+				log.Info("no connections came within the wait; hanging up", zap.String("event", "handoff.conns_idle"), zap.Int("received", n), zap.Duration("wait", idle))
+				return
+			}
 			if !predecessorGone(err) && !errors.Is(err, net.ErrClosed) {
 				log.Warn("connections refused; the sender keeps them", zap.String("event", "handoff.conns_refused"), zap.Int("received", n), zap.Error(err))
 				if !errors.As(err, new(*RemoteError)) {

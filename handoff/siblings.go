@@ -36,7 +36,10 @@ type ConnsConfig struct {
 	// own effective UID.
 	AllowUIDs []uint32
 	// Timeout bounds the connect and every read and write of a
-	// conversation; default 10 s.
+	// conversation; default 10 s. A ConnListener also waits at most
+	// Timeout for a conversation's next batch, then hangs up (the sender's
+	// next PassConns fails with ErrNotTaken, nothing passed): an idle
+	// sibling holds one of its few slots no longer.
 	Timeout time.Duration
 	// Logger receives each step; nil means no logging.
 	Logger *zap.Logger
@@ -66,7 +69,8 @@ type ConnListener struct {
 }
 
 // maxSiblings bounds the conversations a ConnListener holds at once; more
-// are refused with ErrBusy.
+// are refused with ErrBusy (code "busy"), each for at most its Timeout when
+// idle.
 const maxSiblings = 16
 
 // ListenConns serves path (a file path in a directory only we can write, or
@@ -194,7 +198,7 @@ func (l *ConnListener) converse(nc *net.UnixConn) {
 		c.Close()
 		return
 	}
-	receiveConns(c, l.handlers, log)
+	receiveConns(c, l.handlers, l.cfg.Timeout, log)
 }
 
 // greet checks the sibling's credentials and hello, and answers.
