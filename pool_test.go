@@ -2,6 +2,7 @@ package zerodrop_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -180,6 +181,7 @@ func TestServePoolWedgedSibling(t *testing.T) {
 		if err := syscall.Kill(wedged, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
+		waitStopped(t, wedged)
 		if err := syscall.Kill(a, syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -202,4 +204,32 @@ func TestServePoolWedgedSibling(t *testing.T) {
 			t.Errorf("%d dials for %d clients: a connection was not handed over", n, clients)
 		}
 	})
+}
+
+// waitStopped waits (at most 60 s) until every thread of pid is stopped: a
+// SIGSTOP takes effect as each thread is next scheduled.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := 0
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			// The state follows the command's closing parenthesis.
+			if i := strings.LastIndexByte(string(b), ')'); err == nil && i > 0 && i+2 < len(b) && b[i+2] == 'T' {
+				stopped++
+			}
+		}
+		if stopped == len(tasks) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d: %d of %d threads stopped after 60 s", pid, stopped, len(tasks))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
