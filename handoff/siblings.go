@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -78,7 +79,9 @@ const maxSiblings = 16
 // each connection passed for a listener name in handlers is given to that
 // handler, one conversation's connections in order, on one goroutine per
 // conversation (a handler must not block for long). The socket file, if any,
-// appears atomically (renamed into place) and is removed by Close.
+// appears atomically (linked into place) and is removed by Close. A path a
+// live listener answers on is refused (ErrPathInUse); a stale socket file
+// there is replaced.
 func ListenConns(path string, cfg ConnsConfig, handlers map[string]func(PassedConn)) (*ConnListener, error) {
 	cfg.defaults()
 	l := &ConnListener{cfg: cfg, path: path, handlers: map[string]func(PassedConn){}, conns: map[*conn]bool{}}
@@ -104,10 +107,13 @@ func ListenConns(path string, cfg ConnsConfig, handlers map[string]func(PassedCo
 	}
 	ln, tmp, err := listenHandoff(path)
 	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) { // an abstract name of a live listener
+			err = fmt.Errorf("%w: %w", ErrPathInUse, err)
+		}
 		return nil, opErr(err)
 	}
 	if !abstract(path) {
-		if l.ino, err = publish(tmp, path); err != nil {
+		if l.ino, err = publishNew(tmp, path, cfg.Timeout); err != nil {
 			ln.Close()
 			os.Remove(tmp)
 			return nil, opErr(err)

@@ -77,3 +77,45 @@ func TestConnListenerIdleSlots(t *testing.T) {
 	}
 	s.Close()
 }
+
+// A ConnListener's path is its own while it lives: ListenConns on a path a
+// live ConnListener answers on fails with ErrPathInUse and leaves the live
+// one answering (it renamed its socket over it: dials reached only the
+// second, silently), while a stale socket file (its listener gone) is
+// replaced.
+func TestListenConnsPathInUse(t *testing.T) {
+	netnstest.CheckLeaks(t)
+	path := handoffPath(t)
+	first, err := ListenConns(path, ConnsConfig{}, map[string]func(PassedConn){"first": func(pc PassedConn) { pc.Conn.Close() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	if l, err := ListenConns(path, ConnsConfig{}, map[string]func(PassedConn){"second": func(pc PassedConn) { pc.Conn.Close() }}); !errors.Is(err, ErrPathInUse) {
+		if err == nil {
+			l.Close()
+		}
+		t.Errorf("ListenConns on a live ConnListener's path: %v, want ErrPathInUse", err)
+	}
+	s, err := DialConns(context.Background(), path, ConnsConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Takes("first") || s.Takes("second") {
+		t.Errorf("a dial after the refused ListenConns reached the wrong listener: Takes(first) %v, Takes(second) %v", s.Takes("first"), s.Takes("second"))
+	}
+	s.Close()
+	// A stale socket file: bound, then closed without unlinking.
+	stale := handoffPath(t)
+	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ul.SetUnlinkOnClose(false)
+	ul.Close()
+	l, err := ListenConns(stale, ConnsConfig{}, map[string]func(PassedConn){"http": func(pc PassedConn) { pc.Conn.Close() }})
+	if err != nil {
+		t.Fatalf("ListenConns over a stale socket file: %v", err)
+	}
+	l.Close()
+}
