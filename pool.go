@@ -3,6 +3,8 @@ package zerodrop
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -39,8 +41,14 @@ const (
 	siblingSearch = 3 * time.Second
 )
 
+// listenSiblings serves a socket of ours in dir: "<pid>-<16 random hex
+// digits>.sock", so that workers of different PID namespaces sharing dir
+// (and a pid) never pick the same name; ListenConns refuses a path a live
+// worker answers on anyway.
 func listenSiblings(dir string, cfg handoff.ConnsConfig, handlers map[string]func(handoff.PassedConn)) (*siblings, error) {
-	self := filepath.Join(dir, strconv.Itoa(os.Getpid())+".sock")
+	var r [8]byte
+	rand.Read(r[:]) // never fails (crypto/rand)
+	self := filepath.Join(dir, strconv.Itoa(os.Getpid())+"-"+hex.EncodeToString(r[:])+".sock")
 	l, err := handoff.ListenConns(self, cfg, handlers)
 	if err != nil {
 		return nil, err

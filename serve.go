@@ -66,7 +66,7 @@ type Options struct {
 	// Pool, if set, is a directory shared by the workers of a SO_REUSEPORT
 	// pool (only we may write it, as for Handoff's), so that a worker
 	// stopped by a signal or ctx passes its keep-alive connections to a
-	// sibling instead of closing them: each worker serves <Pool>/<pid>.sock
+	// sibling instead of closing them: each worker serves <Pool>/<pid>-<random>.sock
 	// (handoff.ListenConns) while it runs, and at its stop passes its plain
 	// HTTP/1.1 connections, each once it waits for its next request, to the
 	// newest other worker there that answers (in a roll, the replacement
