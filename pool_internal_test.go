@@ -2,6 +2,7 @@ package zerodrop
 
 import (
 	"context"
+	"net"
 	"slices"
 	"testing"
 
@@ -15,12 +16,13 @@ import (
 func TestPoolSocketNames(t *testing.T) {
 	dir := t.TempDir()
 	drop := func(pc handoff.PassedConn) { pc.Conn.Close() }
-	a, err := listenSiblings(dir, handoff.ConnsConfig{}, map[string]func(handoff.PassedConn){"a": drop})
+	cfg := handoff.ConnsConfig{Addrs: map[string]net.Addr{"a": &net.TCPAddr{Port: 80}, "b": &net.TCPAddr{Port: 80}}}
+	a, err := listenSiblings(dir, cfg, map[string]func(handoff.PassedConn){"a": drop})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.close()
-	b, err := listenSiblings(dir, handoff.ConnsConfig{}, map[string]func(handoff.PassedConn){"b": drop})
+	b, err := listenSiblings(dir, cfg, map[string]func(handoff.PassedConn){"b": drop})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -221,13 +221,13 @@ func (g *generationSet) handOver(name string) func(context.Context, []drain.Deta
 // passConns has the servers that hand their connections over serve those
 // their predecessor or a sibling passes. It must run before ready.
 func (g *generationSet) passConns(servers []*drain.Server, opts Options, log *zap.Logger) error {
-	handlers := map[string]func(handoff.PassedConn){}
+	handlers, addrs := map[string]func(handoff.PassedConn){}, map[string]net.Addr{}
 	for i, s := range servers {
 		if s.HandOver == nil {
 			continue
 		}
 		h := func(pc handoff.PassedConn) { s.ServeConn(pc.Conn, pc.State) }
-		handlers[g.names[i]] = h
+		handlers[g.names[i]], addrs[g.names[i]] = h, g.lns[i].Addr()
 		if g.u == nil {
 			continue
 		}
@@ -238,7 +238,7 @@ func (g *generationSet) passConns(servers []*drain.Server, opts Options, log *za
 	if opts.Pool == "" || len(handlers) == 0 {
 		return nil
 	}
-	p, err := listenSiblings(opts.Pool, handoff.ConnsConfig{AllowUIDs: opts.AllowUIDs, Logger: log}, handlers)
+	p, err := listenSiblings(opts.Pool, handoff.ConnsConfig{AllowUIDs: opts.AllowUIDs, Logger: log, Addrs: addrs}, handlers)
 	if err != nil {
 		return err
 	}

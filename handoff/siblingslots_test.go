@@ -11,6 +11,10 @@ import (
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 )
 
+// someAddrs gives the listeners of the tests that pass no connection an
+// address (ConnsConfig.Addrs).
+var someAddrs = map[string]net.Addr{"http": &net.TCPAddr{Port: 80}, "first": &net.TCPAddr{Port: 80}, "second": &net.TCPAddr{Port: 80}}
+
 // greetIdle dials the ConnListener at path as a sibling, exchanges hellos
 // and returns the conversation, idle from then on.
 func greetIdle(t *testing.T, path string) *conn {
@@ -43,7 +47,7 @@ func TestConnListenerIdleSlots(t *testing.T) {
 	netnstest.CheckLeaks(t)
 	const timeout = 3 * time.Second
 	path := handoffPath(t)
-	l, err := ListenConns(path, ConnsConfig{Timeout: timeout}, map[string]func(PassedConn){"http": func(pc PassedConn) { pc.Conn.Close() }})
+	l, err := ListenConns(path, ConnsConfig{Timeout: timeout, Addrs: someAddrs}, map[string]func(PassedConn){"http": func(pc PassedConn) { pc.Conn.Close() }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,12 +90,12 @@ func TestConnListenerIdleSlots(t *testing.T) {
 func TestListenConnsPathInUse(t *testing.T) {
 	netnstest.CheckLeaks(t)
 	path := handoffPath(t)
-	first, err := ListenConns(path, ConnsConfig{}, map[string]func(PassedConn){"first": func(pc PassedConn) { pc.Conn.Close() }})
+	first, err := ListenConns(path, ConnsConfig{Addrs: someAddrs}, map[string]func(PassedConn){"first": func(pc PassedConn) { pc.Conn.Close() }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Close()
-	if l, err := ListenConns(path, ConnsConfig{}, map[string]func(PassedConn){"second": func(pc PassedConn) { pc.Conn.Close() }}); !errors.Is(err, ErrPathInUse) {
+	if l, err := ListenConns(path, ConnsConfig{Addrs: someAddrs}, map[string]func(PassedConn){"second": func(pc PassedConn) { pc.Conn.Close() }}); !errors.Is(err, ErrPathInUse) {
 		if err == nil {
 			l.Close()
 		}
@@ -113,7 +117,7 @@ func TestListenConnsPathInUse(t *testing.T) {
 	}
 	ul.SetUnlinkOnClose(false)
 	ul.Close()
-	l, err := ListenConns(stale, ConnsConfig{}, map[string]func(PassedConn){"http": func(pc PassedConn) { pc.Conn.Close() }})
+	l, err := ListenConns(stale, ConnsConfig{Addrs: someAddrs}, map[string]func(PassedConn){"http": func(pc PassedConn) { pc.Conn.Close() }})
 	if err != nil {
 		t.Fatalf("ListenConns over a stale socket file: %v", err)
 	}

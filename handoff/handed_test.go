@@ -1,0 +1,114 @@
+package handoff
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+)
+
+// tcpPair returns the server's end of a connection accepted on l (the
+// client's end is closed when the test ends).
+func tcpPair(t *testing.T, l net.Listener) *net.TCPConn {
+	t.Helper()
+	c, err := net.Dial("tcp4", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s.(*net.TCPConn)
+}
+
+// A receiver hands no socket to two servers, and only its listeners'
+// connections to their handlers: a batch that passes one connection twice,
+// one that passes again a connection handed over before and still open,
+// and one declaring for "http" a connection accepted on another listener
+// are each refused with a validation error, and their handler sees none of
+// them; a good batch between them is acked and handed. (The first two were
+// acked and handed twice: two servers on one connection.)
+func TestConnsHandedOnce(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		other, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		var handed atomic.Int32
+		kept := make(chan PassedConn, 8)
+		path := handoffPath(t)
+		l, err := ListenConns(path, ConnsConfig{Addrs: map[string]net.Addr{"http": ln.Addr()}}, map[string]func(PassedConn){"http": func(pc PassedConn) {
+			handed.Add(1)
+			kept <- pc // held open: handed and still ours
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			l.Close()
+			close(kept)
+			for pc := range kept {
+				pc.Conn.Close()
+			}
+		}()
+		a, b, elsewhere := tcpPair(t, ln), tcpPair(t, ln), tcpPair(t, other)
+		first := 0
+		// send passes conns as one batch on a new conversation and returns
+		// the answer.
+		send := func(conns ...*net.TCPConn) *frame {
+			t.Helper()
+			c := greetIdle(t, path)
+			defer c.Close()
+			f := &frame{Type: typeConns, First: first, Count: len(conns)}
+			var fds []int
+			for _, tc := range conns {
+				fd := mustDup(t, tc)
+				fds = append(fds, fd)
+				d, err := declareConn(fd, "http", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Conns = append(f.Conns, d)
+			}
+			err := c.send(f, fds)
+			closeFDs(fds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ans, _, err := c.recvWithin(0, 20*time.Second)
+			if err != nil {
+				t.Fatalf("answer: %v", err)
+			}
+			return ans
+		}
+		refused := func(what string, ans *frame, check string) {
+			t.Helper()
+			if ans.Type != typeError || ans.Code != codeValidation || !strings.Contains(ans.Message, check) {
+				t.Errorf("%s: answered %+v, want a validation error naming %s", what, ans, check)
+			}
+		}
+		refused("one connection twice in a batch", send(a, a), "inode")
+		if ans := send(a); ans.Type != typeAck || ans.Received != 1 {
+			t.Fatalf("a good batch: answered %+v, want an ack of 1", ans)
+		}
+		refused("a connection handed before and still open", send(b, a), "inode")
+		refused(fmt.Sprintf("a connection accepted on %s declared for http", other.Addr()), send(elsewhere), "listener address")
+		if n := handed.Load(); n != 1 {
+			t.Errorf("the handler got %d connections, want the 1 of the good batch", n)
+		}
+	})
+}
