@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"go.uber.org/zap"
@@ -449,11 +448,20 @@ func (s *ConnSender) passBatch(batch []PassedConn) error {
 // more (its write fails with EPIPE, and it closes the batch), then reads
 // the ack that came before, if one did. Without it, an ack sent just as we
 // gave up would leave the connections with both processes.
+//
+// The read has no deadline, and needs none: a unix stream's sendmsg checks
+// the receiving socket's RCV_SHUTDOWN and queues its data there under that
+// socket's lock, the one shutdown takes to set it (net/unix/af_unix.c), so
+// once shutdown returns our receive queue holds all of the ack there will
+// ever be, and the read returns it at once, or EOF. (A deadline could only
+// misjudge: with the old 10 ms one, a goroutine scheduled 10 ms late found
+// its deadline passed before it read, took the queued ack for none, and
+// kept connections the receiver had acked.)
 func (c *conn) lastWord(timeout error) (*frame, error) {
 	if err := c.c.CloseRead(); err != nil {
 		return nil, timeout
 	}
-	a, _, err := c.recvWithin(0, 10*time.Millisecond)
+	a, _, err := c.recvWithin(0, 0)
 	if err != nil {
 		return nil, timeout
 	}
