@@ -161,6 +161,9 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 		if g.pool != nil {
 			g.pool.stopListening() // siblings stopping now pick another
 		}
+		if g.u != nil {
+			g.u.StopTakingConns() // none acked that ServeConn would close
+		}
 		g.Stopping(cause)
 		var err error
 		rep.Drains, err = drainAll(servers, served, delay, orDefaultDuration(opts.Grace, 30*time.Second))

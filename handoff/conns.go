@@ -192,6 +192,17 @@ func (u *Upgrader) TakesConns(name string) bool {
 	return s != nil && s.Takes(name)
 }
 
+// StopTakingConns ends the conversations on which a predecessor passes
+// this process connections: a batch not acknowledged yet stays the
+// predecessor's (its PassConns fails with ErrNotTaken), and so do later
+// ones. It returns once every connection acknowledged has been given to its
+// handler. Call it before the handlers stop taking connections (a
+// drain.Server's ServeConn closes a connection late in its Shutdown): a
+// connection acknowledged after that would be closed. Passing our own
+// connections to a successor (PassConns) goes on. Safe to call more than
+// once, and concurrently.
+func (u *Upgrader) StopTakingConns() { u.pass.stopReceiving() }
+
 // ErrNotTaken: the connections were not passed (no successor takes them, or
 // it refused or did not acknowledge them); they are still the caller's.
 var ErrNotTaken = errors.New("connections not taken by a successor")
@@ -220,6 +231,7 @@ type passing struct {
 	succ     *ConnSender
 	preds    []*conn
 	closed   bool
+	stopped  bool // stopReceiving was called: preds are closed at once
 	wg       sync.WaitGroup // the goroutines receiving on preds
 	handed   handed         // the connections handed to our handlers
 }
@@ -273,7 +285,7 @@ func (p *passing) keepSuccessor(c *conn, takes []string) {
 func (p *passing) receiveFrom(pred *conn, addrs map[string]string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.stopped {
 		pred.Close()
 		return
 	}
@@ -287,6 +299,20 @@ func (p *passing) receiveFrom(pred *conn, addrs map[string]string) {
 		defer p.wg.Done()
 		receiveConns(pred, &receiver{handlers: handlers, addrs: addrs, handed: &p.handed, idle: connWait, log: p.log})
 	}()
+}
+
+// stopReceiving ends the conversations with predecessors and waits for
+// their goroutines (each gives what it acknowledged to its handlers first).
+func (p *passing) stopReceiving() {
+	p.mu.Lock()
+	p.stopped = true
+	preds := p.preds
+	p.preds = nil
+	p.mu.Unlock()
+	for _, c := range preds {
+		c.Close()
+	}
+	p.wg.Wait()
 }
 
 // close ends the conversation with the successor (it has every connection

@@ -1,6 +1,8 @@
 package handoff
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/reuseport"
 )
 
 // tcpPair returns the server's end of a connection accepted on l (the
@@ -109,6 +112,54 @@ func TestConnsHandedOnce(t *testing.T) {
 		refused(fmt.Sprintf("a connection accepted on %s declared for http", other.Addr()), send(elsewhere), "listener address")
 		if n := handed.Load(); n != 1 {
 			t.Errorf("the handler got %d connections, want the 1 of the good batch", n)
+		}
+	})
+}
+
+// A successor that stops taking connections (StopTakingConns, as a
+// generation does as its drain begins) acknowledges nothing more: the
+// predecessor's next PassConns fails with ErrNotTaken and the connection is
+// still its own, and the handler sees only what was acknowledged before.
+// (A successor acked connections after its ServeConn had stopped taking
+// them; they were then closed.)
+func TestStopTakingConns(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		path := handoffPath(t)
+		u1, _, clients, conns := predecessorWithConns(t, path, 2)
+		u2, err := New(context.Background(), Config{Path: path, Listen: reuseport.Config{Migration: reuseport.MigrationIgnore}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u2.Close()
+		var handed atomic.Int32
+		if err := u2.HandleConns("http", func(pc PassedConn) { handed.Add(1); pc.Conn.Close() }); err != nil {
+			t.Fatal(err)
+		}
+		ln2, err := u2.Listen(context.Background(), "http", "tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln2.Close()
+		if err := u2.Ready(); err != nil {
+			t.Fatal(err)
+		}
+		<-u1.Exit()
+		if n, err := u1.PassConns(context.Background(), conns[:1]); n != 1 || err != nil {
+			t.Fatalf("PassConns before the stop: %d, %v", n, err)
+		}
+		u2.StopTakingConns()
+		if n := handed.Load(); n != 1 {
+			t.Errorf("StopTakingConns returned with %d connections handed, want the 1 acknowledged", n)
+		}
+		if n, err := u1.PassConns(context.Background(), conns[1:]); n != 0 || !errors.Is(err, ErrNotTaken) {
+			t.Errorf("PassConns after the successor stopped taking: %d, %v; want 0, ErrNotTaken", n, err)
+		}
+		fmt.Fprintf(conns[1].Conn, "ours\n")
+		if err := readLines(clients[1], "ours"); err != nil {
+			t.Errorf("the connection not taken: %v", err)
+		}
+		if n := handed.Load(); n != 1 {
+			t.Errorf("the handler got %d connections, want 1", n)
 		}
 	})
 }
