@@ -56,8 +56,9 @@ func (d *connDecl) check() error {
 // client closed during the transfer; what it sent is still to be read), of
 // the declared family, bound to the declared local address and connected
 // to the declared peer; it returns the socket's inode. Each failure is a
-// *ValidationError. It costs five syscalls, not the forty of a listener's full read (reuseport.ReadFD): a
-// handoff may pass tens of thousands of connections.
+// *ValidationError. It costs five syscalls, not the forty of a listener's
+// full read (reuseport.ReadFD): a handoff may pass tens of thousands of
+// connections.
 func validateConn(fd int, d *connDecl) (ino uint64, err error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -231,7 +232,7 @@ type passing struct {
 	succ     *ConnSender
 	preds    []*conn
 	closed   bool
-	stopped  bool // stopReceiving was called: preds are closed at once
+	stopped  bool           // stopReceiving was called: preds are closed at once
 	wg       sync.WaitGroup // the goroutines receiving on preds
 	handed   handed         // the connections handed to our handlers
 }
