@@ -126,23 +126,7 @@ func TestStopTakingConns(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		path := handoffPath(t)
 		u1, _, clients, conns := predecessorWithConns(t, path, 2)
-		u2, err := New(context.Background(), Config{Path: path, Listen: reuseport.Config{Migration: reuseport.MigrationIgnore}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer u2.Close()
-		var handed atomic.Int32
-		if err := u2.HandleConns("http", func(pc PassedConn) { handed.Add(1); pc.Conn.Close() }); err != nil {
-			t.Fatal(err)
-		}
-		ln2, err := u2.Listen(context.Background(), "http", "tcp4", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln2.Close()
-		if err := u2.Ready(); err != nil {
-			t.Fatal(err)
-		}
+		u2, handed := takingSuccessor(t, path)
 		<-u1.Exit()
 		if n, err := u1.PassConns(context.Background(), conns[:1]); n != 1 || err != nil {
 			t.Fatalf("PassConns before the stop: %d, %v", n, err)
@@ -160,6 +144,69 @@ func TestStopTakingConns(t *testing.T) {
 		}
 		if n := handed.Load(); n != 1 {
 			t.Errorf("the handler got %d connections, want 1", n)
+		}
+	})
+}
+
+// takingSuccessor is a ready successor at path that takes the connections
+// of "http" (its listener inherited), and the count of those handed to it.
+func takingSuccessor(t *testing.T, path string) (*Upgrader, *atomic.Int32) {
+	t.Helper()
+	u, err := New(context.Background(), Config{Path: path, Listen: reuseport.Config{Migration: reuseport.MigrationIgnore}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { u.Close() })
+	var handed atomic.Int32
+	if err := u.HandleConns("http", func(pc PassedConn) { handed.Add(1); pc.Conn.Close() }); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := u.Listen(context.Background(), "http", "tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	if err := u.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	return u, &handed
+}
+
+// A successor refuses a connection declared for its listener "http" but
+// accepted on another listener (another port): the batch fails with a
+// validation error, nothing is handed, and the connection is still the
+// predecessor's. (It was served as one of "http"'s.)
+func TestConnsOtherListener(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		path := handoffPath(t)
+		u1, _, _, _ := predecessorWithConns(t, path, 0)
+		other, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		client, err := net.Dial("tcp4", other.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		sc, err := other.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sc.Close()
+		_, handed := takingSuccessor(t, path)
+		<-u1.Exit()
+		n, err := u1.PassConns(context.Background(), []PassedConn{{Listener: "http", Conn: sc.(*net.TCPConn)}})
+		if n != 0 || !errors.Is(err, ErrValidation) || !strings.Contains(err.Error(), "listener address") {
+			t.Errorf("PassConns of another listener's connection as http's: %d, %v; want 0 and a validation error naming the listener address", n, err)
+		}
+		if n := handed.Load(); n != 0 {
+			t.Errorf("the handler got %d connections", n)
+		}
+		fmt.Fprintf(sc, "ours\n")
+		if err := readLines(client, "ours"); err != nil {
+			t.Errorf("the connection refused: %v", err)
 		}
 	})
 }
