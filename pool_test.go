@@ -1,9 +1,15 @@
 package zerodrop_test
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -103,4 +109,127 @@ func TestServePoolRolls(t *testing.T) {
 			t.Errorf("the pool directory still holds %d entries after every worker stopped", len(ents))
 		}
 	})
+}
+
+// TestServePoolWedgedSibling stops a pool worker whose newest sibling is
+// wedged (listening, never accepting: SIGSTOPped). The stopping worker
+// gives that sibling a short dial of its own, skips to the next one, which
+// takes its keep-alive connections, and its Serve returns without error:
+// every client's next request is answered by the live sibling on the same
+// connection. (The wedged sibling held the stop for its whole Grace, the
+// holder scan then ran on an expired ctx, and Serve returned "context
+// deadline exceeded".)
+func TestServePoolWedgedSibling(t *testing.T) {
+	const clients = 8
+	netnstest.Run(t, netnstest.Options{MigrateReq: 1}, func(t *testing.T) {
+		bin := netnstest.ExecutableCopy(t)
+		addr := "127.0.0.1:8080"
+		env := []string{"ZERODROP_TEST_HELPER=generation", "ZD_ADDR=" + addr, "ZD_POOL=" + t.TempDir()}
+		start := func() (*netnstest.Subreaped, int) {
+			s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
+			return s, servingPID(t, s.Expect(t, "serving 1 "))
+		}
+		sa, a := start()
+		// Each client holds one keep-alive connection, to a (the only
+		// worker yet); a dial after that one counts.
+		var dials atomic.Int64
+		cs := make([]*http.Client, clients)
+		for i := range cs {
+			tr := &http.Transport{MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1, IdleConnTimeout: time.Hour,
+				DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					dials.Add(1)
+					return (&net.Dialer{}).DialContext(ctx, network, addr)
+				}}
+			t.Cleanup(tr.CloseIdleConnections)
+			cs[i] = &http.Client{Timeout: 20 * time.Second, Transport: tr}
+		}
+		get := func(c *http.Client) (int, error) {
+			resp, err := c.Get("http://" + addr + "/")
+			if err != nil {
+				return 0, err
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return 0, err
+			}
+			return strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		for i, c := range cs {
+			if pid, err := get(c); err != nil || pid != a {
+				t.Fatalf("client %d: pid %d, %v; want %d", i, pid, err, a)
+			}
+		}
+		aReaped := false
+		sl, live := start()
+		sw, wedged := start() // the newest: tried first
+		// Every worker ends here, by its pid, each reaped by its own
+		// Subreaped (they run the same executable).
+		t.Cleanup(func() {
+			for _, w := range []struct {
+				s   *netnstest.Subreaped
+				pid int
+			}{{sw, wedged}, {sl, live}, {sa, a}} {
+				if w.pid == a && aReaped {
+					continue
+				}
+				syscall.Kill(w.pid, syscall.SIGCONT)
+				syscall.Kill(w.pid, syscall.SIGKILL)
+				w.s.Reap(t, w.pid, 10*time.Second)
+			}
+		})
+		if err := syscall.Kill(wedged, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		waitStopped(t, wedged)
+		if err := syscall.Kill(a, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		ws := sa.Reap(t, a, 60*time.Second)
+		aReaped = true
+		if !ws.Exited() || ws.ExitStatus() != 0 {
+			sa.Expect(t, "error ")
+			t.Fatalf("the stopped worker: %v, want exit 0", ws)
+		}
+		rep := strings.Fields(sa.Expect(t, "report 1 "))
+		if len(rep) < 7 || rep[6] != strconv.Itoa(clients) {
+			t.Errorf("report %v: want %d connections handed over", rep, clients)
+		}
+		for i, c := range cs {
+			if pid, err := get(c); err != nil || pid != live {
+				t.Errorf("client %d after the stop: pid %d, %v; want the live sibling %d", i, pid, err, live)
+			}
+		}
+		if n := dials.Load(); n != clients {
+			t.Errorf("%d dials for %d clients: a connection was not handed over", n, clients)
+		}
+	})
+}
+
+// waitStopped waits (at most 60 s) until every thread of pid is stopped: a
+// SIGSTOP takes effect as each thread is next scheduled.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := 0
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			// The state follows the command's closing parenthesis.
+			if i := strings.LastIndexByte(string(b), ')'); err == nil && i > 0 && i+2 < len(b) && b[i+2] == 'T' {
+				stopped++
+			}
+		}
+		if stopped == len(tasks) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d: %d of %d threads stopped after 60 s", pid, stopped, len(tasks))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

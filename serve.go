@@ -66,7 +66,7 @@ type Options struct {
 	// Pool, if set, is a directory shared by the workers of a SO_REUSEPORT
 	// pool (only we may write it, as for Handoff's), so that a worker
 	// stopped by a signal or ctx passes its keep-alive connections to a
-	// sibling instead of closing them: each worker serves <Pool>/<pid>.sock
+	// sibling instead of closing them: each worker serves <Pool>/<pid>-<random>.sock
 	// (handoff.ListenConns) while it runs, and at its stop passes its plain
 	// HTTP/1.1 connections, each once it waits for its next request, to the
 	// newest other worker there that answers (in a roll, the replacement
@@ -161,6 +161,9 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 		if g.pool != nil {
 			g.pool.stopListening() // siblings stopping now pick another
 		}
+		if g.u != nil {
+			g.u.StopTakingConns() // none acked that ServeConn would close
+		}
 		g.Stopping(cause)
 		var err error
 		rep.Drains, err = drainAll(servers, served, delay, orDefaultDuration(opts.Grace, 30*time.Second))
@@ -221,13 +224,13 @@ func (g *generationSet) handOver(name string) func(context.Context, []drain.Deta
 // passConns has the servers that hand their connections over serve those
 // their predecessor or a sibling passes. It must run before ready.
 func (g *generationSet) passConns(servers []*drain.Server, opts Options, log *zap.Logger) error {
-	handlers := map[string]func(handoff.PassedConn){}
+	handlers, addrs := map[string]func(handoff.PassedConn){}, map[string]net.Addr{}
 	for i, s := range servers {
 		if s.HandOver == nil {
 			continue
 		}
 		h := func(pc handoff.PassedConn) { s.ServeConn(pc.Conn, pc.State) }
-		handlers[g.names[i]] = h
+		handlers[g.names[i]], addrs[g.names[i]] = h, g.lns[i].Addr()
 		if g.u == nil {
 			continue
 		}
@@ -238,7 +241,7 @@ func (g *generationSet) passConns(servers []*drain.Server, opts Options, log *za
 	if opts.Pool == "" || len(handlers) == 0 {
 		return nil
 	}
-	p, err := listenSiblings(opts.Pool, handoff.ConnsConfig{AllowUIDs: opts.AllowUIDs, Logger: log}, handlers)
+	p, err := listenSiblings(opts.Pool, handoff.ConnsConfig{AllowUIDs: opts.AllowUIDs, Logger: log, Addrs: addrs}, handlers)
 	if err != nil {
 		return err
 	}

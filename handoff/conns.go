@@ -7,13 +7,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"go.uber.org/zap"
@@ -57,16 +55,22 @@ func (d *connDecl) check() error {
 // TCP (TCP_INFO answers only for TCP), established (or in CLOSE_WAIT: the
 // client closed during the transfer; what it sent is still to be read), of
 // the declared family, bound to the declared local address and connected
-// to the declared peer. Each failure is a *ValidationError. It costs five
-// syscalls, not the forty of a listener's full read (reuseport.ReadFD): a
-// handoff may pass tens of thousands of connections.
-func validateConn(fd int, d *connDecl) error {
-	bad := func(check, want, got string, err error) error {
-		return &ValidationError{Name: d.Name, Check: check, Want: want, Got: got, Err: err}
-	}
+// to the declared peer; it returns the socket's inode. Each failure is a
+// *ValidationError. It costs five syscalls, not the forty of a listener's
+// full read (reuseport.ReadFD): a handoff may pass tens of thousands of
+// connections.
+func validateConn(fd int, d *connDecl) (ino uint64, err error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return bad("fstat", "socket", "?", os.NewSyscallError("fstat", err))
+		return 0, &ValidationError{Name: d.Name, Check: "fstat", Want: "socket", Got: "?", Err: os.NewSyscallError("fstat", err)}
+	}
+	return st.Ino, checkConn(fd, d, &st)
+}
+
+// checkConn is validateConn's checks of fd, whose fstat is st.
+func checkConn(fd int, d *connDecl, st *unix.Stat_t) error {
+	bad := func(check, want, got string, err error) error {
+		return &ValidationError{Name: d.Name, Check: check, Want: want, Got: got, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		return bad("S_IFSOCK", "socket", "file mode "+strconv.FormatUint(uint64(st.Mode&unix.S_IFMT), 8), nil)
@@ -167,6 +171,19 @@ func (u *Upgrader) HandleConns(name string, h func(PassedConn)) error {
 	return nil
 }
 
+// listenerAddrs is the bound address of each of our sockets, by name: a
+// connection passed for a name must have been accepted on it.
+func (u *Upgrader) listenerAddrs() map[string]string {
+	addrs := map[string]string{}
+	for _, s := range u.reg.offer() {
+		addrs[s.info.Name] = s.info.Address
+		if s.sock != nil {
+			addrs[s.info.Name] = s.sock.Address()
+		}
+	}
+	return addrs
+}
+
 // TakesConns reports whether a successor is ready and takes the connections
 // of the listener name: PassConns can then pass them. It becomes true
 // before Exit is closed, and false once the conversation with the successor
@@ -175,6 +192,17 @@ func (u *Upgrader) TakesConns(name string) bool {
 	s := u.pass.successor()
 	return s != nil && s.Takes(name)
 }
+
+// StopTakingConns ends the conversations on which a predecessor passes
+// this process connections: a batch not acknowledged yet stays the
+// predecessor's (its PassConns fails with ErrNotTaken), and so do later
+// ones. It returns once every connection acknowledged has been given to its
+// handler. Call it before the handlers stop taking connections (a
+// drain.Server's ServeConn closes a connection late in its Shutdown): a
+// connection acknowledged after that would be closed. Passing our own
+// connections to a successor (PassConns) goes on. Safe to call more than
+// once, and concurrently.
+func (u *Upgrader) StopTakingConns() { u.pass.stopReceiving() }
 
 // ErrNotTaken: the connections were not passed (no successor takes them, or
 // it refused or did not acknowledge them); they are still the caller's.
@@ -204,7 +232,9 @@ type passing struct {
 	succ     *ConnSender
 	preds    []*conn
 	closed   bool
+	stopped  bool           // stopReceiving was called: preds are closed at once
 	wg       sync.WaitGroup // the goroutines receiving on preds
+	handed   handed         // the connections handed to our handlers
 }
 
 // handle registers h for the connections of the listener name.
@@ -250,12 +280,13 @@ func (p *passing) keepSuccessor(c *conn, takes []string) {
 }
 
 // receiveFrom receives, on its own goroutine, the connections the
-// predecessor passes on pred, for the handlers registered so far; pred is
-// ours from now on.
-func (p *passing) receiveFrom(pred *conn) {
+// predecessor passes on pred, for the handlers registered so far, each
+// accepted on the address addrs has for its listener's name; pred is ours
+// from now on.
+func (p *passing) receiveFrom(pred *conn, addrs map[string]string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.stopped {
 		pred.Close()
 		return
 	}
@@ -267,8 +298,22 @@ func (p *passing) receiveFrom(pred *conn) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		receiveConns(pred, handlers, p.log)
+		receiveConns(pred, &receiver{handlers: handlers, addrs: addrs, handed: &p.handed, idle: connWait, log: p.log})
 	}()
+}
+
+// stopReceiving ends the conversations with predecessors and waits for
+// their goroutines (each gives what it acknowledged to its handlers first).
+func (p *passing) stopReceiving() {
+	p.mu.Lock()
+	p.stopped = true
+	preds := p.preds
+	p.preds = nil
+	p.mu.Unlock()
+	for _, c := range preds {
+		c.Close()
+	}
+	p.wg.Wait()
 }
 
 // close ends the conversation with the successor (it has every connection
@@ -331,10 +376,15 @@ func (s *ConnSender) PassConns(ctx context.Context, conns []PassedConn) (passed 
 	if s.dead.Load() {
 		return 0, s.opErr(fmt.Errorf("pass conns: the conversation is over: %w", ErrNotTaken))
 	}
+	seen := make(map[*net.TCPConn]int, len(conns))
 	for i, pc := range conns {
+		j, twice := seen[pc.Conn]
+		seen[pc.Conn] = i
 		switch {
 		case pc.Conn == nil:
 			return 0, s.opErr(fmt.Errorf("pass conns: connection %d: nil Conn", i))
+		case twice:
+			return 0, s.opErr(fmt.Errorf("pass conns: connection %d: the same Conn as connection %d", i, j))
 		case !slices.Contains(s.takes, pc.Listener):
 			return 0, s.opErr(fmt.Errorf("pass conns: connection %d: the receiver takes no connections of listener %q: %w", i, pc.Listener, ErrNotTaken))
 		case len(pc.State) > MaxConnState:
@@ -425,11 +475,20 @@ func (s *ConnSender) passBatch(batch []PassedConn) error {
 // more (its write fails with EPIPE, and it closes the batch), then reads
 // the ack that came before, if one did. Without it, an ack sent just as we
 // gave up would leave the connections with both processes.
+//
+// The read has no deadline, and needs none: a unix stream's sendmsg checks
+// the receiving socket's RCV_SHUTDOWN and queues its data there under that
+// socket's lock, the one shutdown takes to set it (net/unix/af_unix.c), so
+// once shutdown returns our receive queue holds all of the ack there will
+// ever be, and the read returns it at once, or EOF. (A deadline could only
+// misjudge: with the old 10 ms one, a goroutine scheduled 10 ms late found
+// its deadline passed before it read, took the queued ack for none, and
+// kept connections the receiver had acked.)
 func (c *conn) lastWord(timeout error) (*frame, error) {
 	if err := c.c.CloseRead(); err != nil {
 		return nil, timeout
 	}
-	a, _, err := c.recvWithin(0, 10*time.Millisecond)
+	a, _, err := c.recvWithin(0, 0)
 	if err != nil {
 		return nil, timeout
 	}
@@ -439,114 +498,3 @@ func (c *conn) lastWord(timeout error) (*frame, error) {
 // Test hooks: testHookConnsSent runs after each conns batch is sent,
 // testHookConnsReceived once a batch is validated, before its ack.
 var testHookConnsSent, testHookConnsReceived func(first int)
-
-// connWait bounds how long a successor waits for the next batch of
-// connections; the predecessor closes the conversation when it is done.
-const connWait = time.Hour
-
-// receiveConns is the successor's side of the connection passing: it reads
-// batches until the predecessor hangs up (or the Upgrader is closed),
-// validates each fd, acks the batch, and then gives each connection to its
-// listener's handler. A batch that fails is refused with an error frame and
-// closed here: the predecessor still has every connection of it.
-func receiveConns(c *conn, handlers map[string]func(PassedConn), log *zap.Logger) {
-	defer c.Close()
-	for n := 0; ; {
-		f, fds, err := c.recvWithin(BatchFDs, connWait)
-		if err == nil {
-			err = expect(f, typeConns)
-		}
-		if err == nil && (f.First != n || len(fds) != f.Count) {
-			err = &FrameError{Type: typeConns, Err: ErrFDCount, Detail: fmt.Sprintf("batch first=%d count=%d with %d fds, expected first=%d", f.First, f.Count, len(fds), n)}
-		}
-		var got []PassedConn
-		if err == nil {
-			got, err = adoptConns(f.Conns, fds, handlers)
-		} else {
-			closeFDs(fds)
-		}
-		if err == nil && testHookConnsReceived != nil {
-			testHookConnsReceived(n)
-		}
-		if err == nil {
-			if err = c.send(&frame{Type: typeAck, Received: n + len(got)}, nil); err != nil {
-				for _, pc := range got {
-					pc.Conn.Close()
-				}
-			}
-		}
-		if err != nil {
-			if !predecessorGone(err) && !errors.Is(err, net.ErrClosed) {
-				log.Warn("connections refused; the sender keeps them", zap.String("event", "handoff.conns_refused"), zap.Int("received", n), zap.Error(err))
-				if !errors.As(err, new(*RemoteError)) {
-					c.send(&frame{Type: typeError, Code: code(err), Message: err.Error()}, nil)
-				}
-			} else {
-				log.Debug("the sender is done passing connections", zap.String("event", "handoff.conns_end"), zap.Int("received", n))
-			}
-			return
-		}
-		n += len(got)
-		log.Debug("connections received", zap.String("event", "handoff.conns_received"), zap.Int("count", len(got)), zap.Int("total", n))
-		for _, pc := range got {
-			handlers[pc.Listener](pc)
-		}
-	}
-}
-
-// adoptConns validates every fd of a batch against its declaration and
-// makes a connection of each, on up to GOMAXPROCS goroutines (each costs
-// some ten syscalls). On error it closes every fd and connection of the
-// batch and returns the first error in batch order.
-func adoptConns(decls []connDecl, fds []int, handlers map[string]func(PassedConn)) ([]PassedConn, error) {
-	out := make([]PassedConn, len(fds))
-	errs := make([]error, len(fds))
-	workers := min(runtime.GOMAXPROCS(0), len(fds))
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < len(fds); i += workers {
-				out[i], errs[i] = adoptConn(&decls[i], fds[i], handlers)
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			for _, pc := range out {
-				if pc.Conn != nil {
-					pc.Conn.Close()
-				}
-			}
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// adoptConn validates fd and makes a connection of it. It always closes
-// fd (net.FileConn makes a dup).
-func adoptConn(d *connDecl, fd int, handlers map[string]func(PassedConn)) (PassedConn, error) {
-	err := validateConn(fd, d)
-	if err == nil && handlers[d.Name] == nil {
-		err = &ValidationError{Name: d.Name, Check: "listener", Want: "a listener whose connections we take", Got: d.Name}
-	}
-	if err != nil {
-		closeFDs([]int{fd})
-		return PassedConn{}, err
-	}
-	f := os.NewFile(uintptr(fd), d.Name)
-	nc, err := net.FileConn(f) // a dup
-	f.Close()
-	if err != nil {
-		return PassedConn{}, err
-	}
-	tc, ok := nc.(*net.TCPConn)
-	if !ok {
-		nc.Close()
-		return PassedConn{}, &ValidationError{Name: d.Name, Check: "net.FileConn", Want: "*net.TCPConn", Got: fmt.Sprintf("%T", nc)}
-	}
-	return PassedConn{Listener: d.Name, Conn: tc, State: d.State}, nil
-}

@@ -40,7 +40,7 @@ func TestValidateConn(t *testing.T) {
 			return &connDecl{socketInfo: socketInfo{Name: "c", Kind: kindTCPConn, Network: network, Address: address}, Peer: peer}
 		}
 		validateOn := func(sc net.Conn, d *connDecl) (err error) {
-			if cerr := linux.Control(sc.(*net.TCPConn), func(fd int) error { err = validateConn(fd, d); return nil }); cerr != nil {
+			if cerr := linux.Control(sc.(*net.TCPConn), func(fd int) error { _, err = validateConn(fd, d); return nil }); cerr != nil {
 				t.Fatal(cerr)
 			}
 			return err
@@ -65,7 +65,7 @@ func TestValidateConn(t *testing.T) {
 				fd = func(f func(int) error) error { return linux.Control(server.(*net.TCPConn), f) }
 			}
 			var err error
-			if cerr := fd(func(fd int) error { err = validateConn(fd, c.d); return nil }); cerr != nil {
+			if cerr := fd(func(fd int) error { _, err = validateConn(fd, c.d); return nil }); cerr != nil {
 				t.Fatal(cerr)
 			}
 			var ve *ValidationError

@@ -141,8 +141,30 @@
 // a *net.TCPConn: until the ack the predecessor's fds stay open, so a
 // successor that refuses, dies or hangs leaves every connection of that
 // batch with the predecessor (ErrNotTaken), and no connection is ever served
-// by both. TLS connections cannot be passed (their session keys live in
-// crypto/tls).
+// by both. A batch is refused as a whole (ErrValidation) when a connection
+// of it is not bound to the address of the listener it is declared for (the
+// successor's listener of that name; a ConnListener's ConnsConfig.Addrs), or
+// when a socket comes twice, in the batch or again while a connection of
+// ours holds it (by inode): no socket goes to two servers. TLS connections
+// cannot be passed (their session keys live in crypto/tls).
+//
+// The ack decides who has a batch, and both sides read it the same way. A
+// sender that waited its Timeout for an ack shuts its side for reading, so
+// that the receiver's ack can no longer be sent (the receiver then closes
+// the batch), and reads the ack that came before, if any, without a
+// deadline: the kernel queues a unix stream's data and checks the shutdown
+// under one lock, so that read finds the ack or EOF at once, however late
+// the sender runs. A successor that begins to drain calls StopTakingConns
+// (zerodrop.Serve does), after which it acknowledges nothing: every batch
+// it acknowledged has gone to its handlers before its drain.Server stops
+// taking connections (ServeConn closes one given later).
+//
+// Workers of a SO_REUSEPORT pool pass their connections to a sibling the
+// same way (ListenConns, DialConns). A ConnListener holds at most 16
+// conversations ("busy" beyond, ErrBusy), each for at most its Timeout
+// without a batch (logged as handoff.conns_idle); ListenConns refuses a
+// path a live listener answers on (ErrPathInUse) and replaces a stale
+// socket file.
 //
 // # Wire protocol (version 2)
 //

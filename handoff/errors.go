@@ -39,6 +39,9 @@ var (
 	// loop is wedged. New does not start fresh beside it: that would be a
 	// second lineage of listeners next to a live one.
 	ErrNoAnswer = errors.New("predecessor does not answer")
+	// ErrPathInUse: a live process answers on the socket path (ListenConns
+	// does not take the path of a live ConnListener).
+	ErrPathInUse = errors.New("socket path in use by a live listener")
 	// ErrClosed: the Upgrader was closed.
 	ErrClosed = errors.New("upgrader closed")
 	// ErrReadyIncomplete: Ready told the predecessor to stop, then a later

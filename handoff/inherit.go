@@ -109,6 +109,8 @@ func code(err error) string {
 		return codePermission
 	case errors.Is(err, ErrValidation):
 		return codeValidation
+	case errors.Is(err, ErrBusy):
+		return codeBusy
 	case errors.Is(err, ErrProtocol), errors.Is(err, ErrFDCount), errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrTruncated):
 		return codeProtocol
 	}

@@ -279,6 +279,44 @@ func publish(tmp, path string) (ino uint64, err error) {
 	return st.Ino, nil
 }
 
+// publishNew links the temporary socket file to path unless a live socket
+// answers there (ErrPathInUse): link(2), unlike rename, never replaces, so
+// of two processes publishing at once one fails; a stale file (its socket
+// closed: connect refused) is removed first. Then it removes tmp. timeout
+// bounds the connect (a live socket's full backlog is retried).
+func publishNew(tmp, path string, timeout time.Duration) (ino uint64, err error) {
+	for range 3 {
+		err = os.Link(tmp, path)
+		if !errors.Is(err, os.ErrExist) {
+			break
+		}
+		var st unix.Stat_t
+		if unix.Lstat(path, &st) != nil {
+			continue // gone meanwhile
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		nc, ok, derr := dial(ctx, path)
+		cancel()
+		if ok {
+			nc.Close()
+			return 0, fmt.Errorf("%w: %s", ErrPathInUse, path)
+		}
+		if derr != nil {
+			return 0, fmt.Errorf("check the socket at %s: %w", path, derr)
+		}
+		unpublish(path, st.Ino) // stale
+	}
+	if err != nil {
+		return 0, err
+	}
+	os.Remove(tmp)
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return 0, os.NewSyscallError("lstat", err)
+	}
+	return st.Ino, nil
+}
+
 // unpublish removes path if it is still the file we published.
 func unpublish(path string, ino uint64) {
 	var st unix.Stat_t

@@ -170,7 +170,7 @@ func (u *Upgrader) afterSignal(pred *conn, gotDone bool) {
 		pred.Close()
 		return
 	}
-	u.pass.receiveFrom(pred)
+	u.pass.receiveFrom(pred, u.listenerAddrs())
 }
 
 // serve starts the handoff server and renames the PID file into place; told

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -36,10 +37,18 @@ type ConnsConfig struct {
 	// own effective UID.
 	AllowUIDs []uint32
 	// Timeout bounds the connect and every read and write of a
-	// conversation; default 10 s.
+	// conversation; default 10 s. A ConnListener also waits at most
+	// Timeout for a conversation's next batch, then hangs up (the sender's
+	// next PassConns fails with ErrNotTaken, nothing passed): an idle
+	// sibling holds one of its few slots no longer.
 	Timeout time.Duration
 	// Logger receives each step; nil means no logging.
 	Logger *zap.Logger
+	// Addrs is, for ListenConns, the address of the listener of each name
+	// it has a handler for (required for each): a connection passed for
+	// the name must be bound to it (its port, and its IP unless the
+	// listener's is unspecified), else its batch is refused (ErrValidation).
+	Addrs map[string]net.Addr
 }
 
 func (c *ConnsConfig) defaults() {
@@ -59,6 +68,8 @@ type ConnListener struct {
 	ino      uint64
 	ln       *net.UnixListener
 	handlers map[string]func(PassedConn)
+	addrs    map[string]string // of the listener of each handler's name
+	handed   handed            // the connections handed to the handlers
 	takes    []string
 	wg       sync.WaitGroup
 	mu       sync.Mutex
@@ -66,26 +77,33 @@ type ConnListener struct {
 }
 
 // maxSiblings bounds the conversations a ConnListener holds at once; more
-// are refused with ErrBusy.
+// are refused with ErrBusy (code "busy"), each for at most its Timeout when
+// idle.
 const maxSiblings = 16
 
 // ListenConns serves path (a file path in a directory only we can write, or
 // "@name" in the abstract namespace) for siblings that pass connections:
-// each connection passed for a listener name in handlers is given to that
-// handler, one conversation's connections in order, on one goroutine per
+// each connection passed for a listener name in handlers, accepted on that
+// listener's address in cfg.Addrs, is given to that handler, one conversation's connections in order, on one goroutine per
 // conversation (a handler must not block for long). The socket file, if any,
-// appears atomically (renamed into place) and is removed by Close.
+// appears atomically (linked into place) and is removed by Close. A path a
+// live listener answers on is refused (ErrPathInUse); a stale socket file
+// there is replaced.
 func ListenConns(path string, cfg ConnsConfig, handlers map[string]func(PassedConn)) (*ConnListener, error) {
 	cfg.defaults()
-	l := &ConnListener{cfg: cfg, path: path, handlers: map[string]func(PassedConn){}, conns: map[*conn]bool{}}
+	l := &ConnListener{cfg: cfg, path: path, handlers: map[string]func(PassedConn){}, addrs: map[string]string{}, conns: map[*conn]bool{}}
 	opErr := func(err error) error {
 		return &net.OpError{Op: "listen conns", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: err}
 	}
 	for name, h := range handlers {
-		if h == nil {
+		switch {
+		case h == nil:
 			return nil, opErr(fmt.Errorf("nil handler for %q", name))
+		case cfg.Addrs[name] == nil:
+			return nil, opErr(fmt.Errorf("no address for the listener %q (ConnsConfig.Addrs)", name))
 		}
 		l.handlers[name] = h
+		l.addrs[name] = cfg.Addrs[name].String()
 		l.takes = append(l.takes, name)
 	}
 	slices.Sort(l.takes)
@@ -100,10 +118,13 @@ func ListenConns(path string, cfg ConnsConfig, handlers map[string]func(PassedCo
 	}
 	ln, tmp, err := listenHandoff(path)
 	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) { // an abstract name of a live listener
+			err = fmt.Errorf("%w: %w", ErrPathInUse, err)
+		}
 		return nil, opErr(err)
 	}
 	if !abstract(path) {
-		if l.ino, err = publish(tmp, path); err != nil {
+		if l.ino, err = publishNew(tmp, path, cfg.Timeout); err != nil {
 			ln.Close()
 			os.Remove(tmp)
 			return nil, opErr(err)
@@ -194,7 +215,7 @@ func (l *ConnListener) converse(nc *net.UnixConn) {
 		c.Close()
 		return
 	}
-	receiveConns(c, l.handlers, log)
+	receiveConns(c, &receiver{handlers: l.handlers, addrs: l.addrs, handed: &l.handed, idle: l.cfg.Timeout, log: log})
 }
 
 // greet checks the sibling's credentials and hello, and answers.

@@ -15,11 +15,17 @@ import (
 )
 
 // receiverMain serves ZD_HANDOFF_PATH as a ConnListener taking the
-// connections of "http" (each answered by echoConn, generation 7), prints
-// "listening", and closes once its stdin closes, printing "exit".
+// connections of "http" accepted on ZD_ADDR (each answered by echoConn,
+// generation 7), prints "listening", and closes once its stdin closes,
+// printing "exit".
 func receiverMain() {
 	var wg sync.WaitGroup
-	l, err := ListenConns(os.Getenv(envPath), ConnsConfig{}, map[string]func(PassedConn){"http": func(pc PassedConn) {
+	addr, err := net.ResolveTCPAddr("tcp", os.Getenv(envAddr))
+	if err != nil {
+		fmt.Printf("error %v\n", err)
+		os.Exit(1)
+	}
+	l, err := ListenConns(os.Getenv(envPath), ConnsConfig{Addrs: map[string]net.Addr{"http": addr}}, map[string]func(PassedConn){"http": func(pc PassedConn) {
 		wg.Add(1)
 		go func() { defer wg.Done(); echoConn(pc, 7) }()
 	}})
@@ -43,14 +49,14 @@ func TestSiblings(t *testing.T) {
 		netnstest.CheckLeaks(t)
 		counters := netnstest.Snapshot(t)
 		path := handoffPath(t)
-		u, _, clients, conns := predecessorWithConns(t, path, 300)
+		u, ln, clients, conns := predecessorWithConns(t, path, 300)
 		u.Close() // no successor here: the connections go to a sibling
 		in, w, err := os.Pipe()
 		if err != nil {
 			t.Fatal(err)
 		}
 		sib := path + ".conns"
-		p := startHelper(t, "receiver", sib, in)
+		p := startHelper(t, "receiver", sib, in, envAddr+"="+ln.Addr().String())
 		in.Close()
 		defer func() { w.Close(); p.Kill() }()
 		p.expect(t, "listening")
@@ -94,16 +100,17 @@ func TestSiblings(t *testing.T) {
 // What a sibling channel refuses, each with a typed error and nothing
 // passed: a listener it does not take, a receiver path in a directory
 // others can write, a path nobody serves, a sender speaking version 1, bad
-// ListenConns calls.
+// ListenConns calls (no handler, a nil one, one without an address).
 func TestSiblingsRefused(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
 		ctx := context.Background()
 		path := handoffPath(t)
-		u, _, clients, conns := predecessorWithConns(t, path, 2)
+		u, ln, clients, conns := predecessorWithConns(t, path, 2)
 		u.Close()
 		sib := path + ".conns"
-		l, err := ListenConns(sib, ConnsConfig{}, map[string]func(PassedConn){"other": func(pc PassedConn) { pc.Conn.Close() }})
+		addrs := map[string]net.Addr{"http": ln.Addr(), "other": ln.Addr()}
+		l, err := ListenConns(sib, ConnsConfig{Addrs: addrs}, map[string]func(PassedConn){"other": func(pc PassedConn) { pc.Conn.Close() }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,14 +128,14 @@ func TestSiblingsRefused(t *testing.T) {
 		}
 		open := t.TempDir()
 		os.Chmod(open, 0o777)
-		if _, err := ListenConns(open+"/c.sock", ConnsConfig{}, map[string]func(PassedConn){"http": func(PassedConn) {}}); !errors.Is(err, ErrInsecurePath) {
+		if _, err := ListenConns(open+"/c.sock", ConnsConfig{Addrs: addrs}, map[string]func(PassedConn){"http": func(PassedConn) {}}); !errors.Is(err, ErrInsecurePath) {
 			t.Errorf("ListenConns in a world-writable directory: %v, want ErrInsecurePath", err)
 		}
 		if _, err := DialConns(ctx, open+"/c.sock", ConnsConfig{}); !errors.Is(err, ErrInsecurePath) {
 			t.Errorf("DialConns in a world-writable directory: %v, want ErrInsecurePath", err)
 		}
-		for _, h := range []map[string]func(PassedConn){nil, {"http": nil}} {
-			if _, err := ListenConns(path+".bad", ConnsConfig{}, h); err == nil {
+		for _, h := range []map[string]func(PassedConn){nil, {"http": nil}, {"noaddr": func(PassedConn) {}}} {
+			if _, err := ListenConns(path+".bad", ConnsConfig{Addrs: addrs}, h); err == nil {
 				t.Errorf("ListenConns(%v) accepted", h)
 			}
 		}
