@@ -42,7 +42,16 @@ type config struct {
 	JSON        bool          `json:"-"`
 	Metrics     bool          `json:"-"`
 	Timeout     time.Duration `json:"timeout_ms"`
+	Clients     string        `json:"clients"` // clientsNew, clientsKeepAlive or clientsPool
+	TLS         bool          `json:"tls"`
 }
+
+// The kinds of clients (--clients).
+const (
+	clientsNew       = "new"       // a new connection per request
+	clientsKeepAlive = "keepalive" // one connection per client, requests back to back
+	clientsPool      = "pool"      // a sparse keep-alive pool: one connection per client, idle 50-500 ms between requests
+)
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -79,7 +88,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("rollout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.DurationVar(&cfg.Duration, "duration", 8*time.Second, "load duration per strategy")
-	fs.IntVar(&cfg.Concurrency, "concurrency", 64, "clients, each opening a new connection per request")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 64, "clients")
+	fs.StringVar(&cfg.Clients, "clients", clientsNew, "what the clients do: new (a new connection per request), keepalive (one connection each, requests back to back), pool (one connection each, idle 50-500 ms between POSTs)")
+	fs.BoolVar(&cfg.TLS, "tls", false, "serve and request over TLS (a certificate made for the run)")
 	fs.IntVar(&cfg.Workers, "workers", 4, "server processes in the reuseport group (handoff always runs one)")
 	fs.IntVar(&cfg.Restarts, "restarts", 8, "restarts per strategy, evenly spread over the duration")
 	fs.DurationVar(&cfg.Timeout, "timeout", 2*time.Second, "bound on each request, connect included")
@@ -120,6 +131,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, usageError(fs, "--restarts must be between 0 and 1000")
 	case cfg.Timeout < 100*time.Millisecond:
 		return cfg, usageError(fs, "--timeout must be at least 100ms")
+	case cfg.Clients != clientsNew && cfg.Clients != clientsKeepAlive && cfg.Clients != clientsPool:
+		return cfg, usageError(fs, fmt.Sprintf("unknown --clients %q (have: new, keepalive, pool)", cfg.Clients))
 	}
 	return cfg, nil
 }
@@ -144,6 +157,12 @@ strategy, and counts the requests each way of restarting loses:
   cpu      reuseport workers with SO_INCOMING_CPU: the stopping worker
            steps out of the kernel's pick, drains, closes;
            tcp_migrate_req=0, no privilege (Linux 6.1+)
+
+With --clients keepalive or pool, the table also counts the reconnections
+per restart: handoff passes each idle keep-alive connection to its
+successor (its client notices nothing), the others close them and their
+clients dial again. With --tls the connections are TLS, which handoff
+cannot pass yet: they are closed and redialled.
 
 Runs in new network and mount namespaces (as root) or, otherwise, in a new
 user namespace as well. The machine's own sysctls and ports are never

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -37,14 +38,14 @@ func withMetrics(gen int, h http.Handler) http.Handler {
 
 // scrape GETs url (a new connection: whichever server the group picks) and
 // returns its zerodrop_ samples, by name with labels.
-func scrape(ctx context.Context, url string) (map[string]string, error) {
+func scrape(ctx context.Context, url string, clientTLS *tls.Config) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: clientTLS}}).Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("scrape: %w", err)
 	}

@@ -21,11 +21,13 @@ type summary struct {
 }
 
 type settings struct {
-	DurationMS  int64 `json:"duration_ms"` // per strategy
-	Concurrency int   `json:"concurrency"`
-	Workers     int   `json:"workers"`
-	Restarts    int   `json:"restarts"`
-	TimeoutMS   int64 `json:"timeout_ms"`
+	DurationMS  int64  `json:"duration_ms"` // per strategy
+	Concurrency int    `json:"concurrency"`
+	Clients     string `json:"clients"` // new, keepalive or pool (--clients)
+	TLS         bool   `json:"tls"`
+	Workers     int    `json:"workers"`
+	Restarts    int    `json:"restarts"`
+	TimeoutMS   int64  `json:"timeout_ms"`
 }
 
 // outcome is one strategy's run.
@@ -48,7 +50,16 @@ type outcome struct {
 	P99MSSteady  float64            `json:"p99_ms_steady"`
 	P99MSRestart float64            `json:"p99_ms_restart"`
 	Generations  int                `json:"generations_seen"` // distinct X-Generation values answered
-	Stops        []workerReport     `json:"stops"`
+	// Dials counts the connections the clients opened; with keep-alive
+	// clients (--clients keepalive or pool), Reconnects is Dials less one
+	// per client: the connections a restart closed under them (null with a
+	// new connection per request).
+	Dials      int64  `json:"dials"`
+	Reconnects *int64 `json:"reconnects"`
+	// ServerClosed counts the connections a server closed under their
+	// client (load.Result.ServerClosed).
+	ServerClosed int64          `json:"server_closed"`
+	Stops        []workerReport `json:"stops"`
 	// FirstErrors is the first error the clients saw in each failure class;
 	// Marks the requests sent around each restart, and how many failed.
 	FirstErrors map[load.Class]string `json:"first_errors,omitempty"`
@@ -76,7 +87,7 @@ func newSummary(cfg config) *summary {
 	return &summary{
 		Kernel: unix.ByteSliceToString(u.Release[:]),
 		Go:     runtime.Version(),
-		Settings: settings{DurationMS: cfg.Duration.Milliseconds(), Concurrency: cfg.Concurrency,
+		Settings: settings{DurationMS: cfg.Duration.Milliseconds(), Concurrency: cfg.Concurrency, Clients: cfg.Clients, TLS: cfg.TLS,
 			Workers: cfg.Workers, Restarts: cfg.Restarts, TimeoutMS: cfg.Timeout.Milliseconds()},
 		Strategies: []outcome{},
 	}
@@ -91,8 +102,9 @@ func newOutcome(s *strategy, cfg config) outcome {
 	return o
 }
 
-// fill takes the load's result and the servers' stop reports.
-func (o *outcome) fill(res *load.Result, reports []workerReport) {
+// fill takes the load's result and the servers' stop reports, from
+// concurrency clients of the kind clients.
+func (o *outcome) fill(res *load.Result, reports []workerReport, clients string, concurrency int) {
 	o.Restarts = len(reports)
 	o.Stops = append(o.Stops, reports...)
 	for _, r := range reports {
@@ -120,6 +132,11 @@ func (o *outcome) fill(res *load.Result, reports []workerReport) {
 	}
 	o.P50MS, o.P99MSSteady, o.P99MSRestart = res.P50MS, res.P99MSSteady, res.P99MSRestart
 	o.Generations = len(res.Headers)
+	o.Dials, o.ServerClosed = res.Dials, res.ServerClosed
+	if clients != clientsNew {
+		n := max(0, res.Dials-int64(concurrency))
+		o.Reconnects = &n
+	}
 	o.FirstErrors, o.Marks = res.Errors, res.Marks
 }
 
@@ -132,19 +149,19 @@ func writeJSON(w io.Writer, s *summary) error {
 // writeTable prints the summary for a person: one line per strategy.
 func writeTable(w io.Writer, s *summary) error {
 	st := s.Settings
-	fmt.Fprintf(w, "zerodrop rollout: Linux %s, %s; per strategy %.1fs, %d clients (new connection per request), %d restarts\n\n",
-		s.Kernel, s.Go, float64(st.DurationMS)/1000, st.Concurrency, st.Restarts)
+	fmt.Fprintf(w, "zerodrop rollout: Linux %s, %s; per strategy %.1fs, %d clients (%s), %d restarts\n\n",
+		s.Kernel, s.Go, float64(st.DurationMS)/1000, st.Concurrency, clientsText(st), st.Restarts)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tservers\trestarts\trequests\tfailed\treset\trefused\teof\ttimeout\tqueue lost\tkernel RSTs\tp99 steady\tp99 restart\t")
+	fmt.Fprintln(tw, "strategy\tservers\trestarts\trequests\tfailed\treset\trefused\teof\ttimeout\tqueue lost\treconnects/restart\tkernel RSTs\tp99 steady\tp99 restart\t")
 	for _, o := range s.Strategies {
 		if o.Skipped != "" || len(o.Errors) > 0 && o.Requests == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", o.Name)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", o.Name)
 			continue
 		}
 		fc := o.FailedByClass
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%.1f ms\t%.1f ms\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%.1f ms\t%.1f ms\t\n",
 			o.Name, o.Workers, o.Restarts, o.Requests, o.Failed, fc[load.Reset], fc[load.Refused], fc[load.EOF],
-			fc[load.Timeout], lost(o.QueueLost), o.Kernel.OutRsts, o.P99MSSteady, o.P99MSRestart)
+			fc[load.Timeout], lost(o.QueueLost), perRestart(o.Reconnects, o.Restarts), o.Kernel.OutRsts, o.P99MSSteady, o.P99MSRestart)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -172,9 +189,31 @@ func writeTable(w io.Writer, s *summary) error {
 const tableNotes = `
 failed: requests without a full reply (reset, refused, eof: connection closed before a reply, timeout).
 queue lost: connections left in a stopping listener's accept queue, per the drain reports ('-': no report).
+reconnects/restart: with keep-alive clients, connections closed under them (and redialled) per restart ('-': a new connection per request).
 kernel RSTs: Tcp.OutRsts while the load ran (any cause); a queue reset with tcp_migrate_req=0 moves no other counter.
 p99: over successful requests, in steady 100 ms buckets and in those within 200 ms of a restart.
 `
+
+// clientsText says what the clients do.
+func clientsText(st settings) string {
+	s := map[string]string{clientsNew: "new connection per request", clientsKeepAlive: "keep-alive, back to back",
+		clientsPool: "sparse keep-alive pool"}[st.Clients]
+	if st.TLS {
+		s += ", TLS"
+	}
+	return s
+}
+
+// perRestart is n per restart, or "-" without n.
+func perRestart(n *int64, restarts int) string {
+	if n == nil {
+		return "-"
+	}
+	if restarts == 0 {
+		return fmt.Sprint(*n)
+	}
+	return fmt.Sprintf("%.1f", float64(*n)/float64(restarts))
+}
 
 func lost(n *int) string {
 	if n == nil {

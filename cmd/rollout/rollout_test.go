@@ -63,6 +63,45 @@ func TestRollout(t *testing.T) {
 	})
 }
 
+// With keep-alive clients the table shows the connection handoff: a sparse
+// pool of keep-alive clients loses no request in any lossless strategy, and
+// under handoff no server closes a connection (each goes to the successor),
+// while a rolled reuseport group (migrate) closes its stopping worker's, which
+// the reconnections count. Over TLS (which handoff cannot pass) every
+// strategy closes them, and still no request fails.
+func TestRolloutKeepAlive(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"pool", []string{"--clients", "pool"}},
+		{"keepalive,tls", []string{"--clients", "keepalive", "--tls"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+				args := append([]string{"--json", "--duration", "4s", "--concurrency", "32", "--workers", "2", "--restarts", "4", "--timeout", "10s",
+					"--strategies", "migrate,handoff"}, tc.args...)
+				byName := decodeStrategies(t, runCommand(t, nil, args...))
+				for _, name := range []string{"migrate", "handoff"} {
+					o := byName[name]
+					t.Logf("%s: requests %d, failed %d %v, dials %d, reconnects %v, server closed %d", name, o.Requests, o.Failed, o.FailedByClass, o.Dials, o.Reconnects, o.ServerClosed)
+					checkOutcome(t, o, 4)
+					if o.Reconnects == nil {
+						t.Errorf("%s: no reconnection count with keep-alive clients", name)
+					}
+				}
+				h, m := byName["handoff"], byName["migrate"]
+				if tc.name == "pool" && h.ServerClosed != 0 {
+					t.Errorf("handoff: the servers closed %d connections, want 0 (each handed to the successor)", h.ServerClosed)
+				}
+				if m.Reconnects != nil && *m.Reconnects == 0 {
+					t.Errorf("migrate: 0 reconnections in %d restarts: the table cannot show what a drain costs keep-alive clients", m.Restarts)
+				}
+			})
+		})
+	}
+}
+
 // checkOutcome checks what every strategy must show, and the zero loss of
 // the lossless ones.
 func checkOutcome(t *testing.T, o outcome, restarts int) {

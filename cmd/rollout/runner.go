@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/load"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
 )
 
@@ -115,6 +117,16 @@ func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, bpf b
 		envStrategy + "=" + s.name, envAddr + "=" + addr, envHandoff + "=" + filepath.Join(dir, "handoff.sock"),
 		envBPF + "=" + bpf.dir,
 	}}
+	url, clientTLS := "http://"+addr+"/", (*tls.Config)(nil)
+	if cfg.TLS {
+		cert, err := netnstest.WriteCert(dir, 24*time.Hour)
+		if err != nil {
+			o.Errors = append(o.Errors, err.Error())
+			return o
+		}
+		f.env = append(f.env, envCert+"="+cert.CertFile, envKey+"="+cert.KeyFile)
+		url, clientTLS = "https://"+addr+"/", cert.Client()
+	}
 	if cfg.Metrics {
 		f.env = append(f.env, envMetrics+"=1")
 	}
@@ -129,20 +141,20 @@ func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, bpf b
 			return o
 		}
 	}
-	res, reports, kernel, err := drive(ctx, cfg, f, "http://"+addr+"/", prog)
+	res, reports, kernel, err := drive(ctx, cfg, f, url, clientTLS, prog)
 	if err != nil {
 		o.Errors = append(o.Errors, err.Error())
 	}
 	o.Kernel = kernel
 	if cfg.Metrics && err == nil {
-		if o.Metrics, err = scrape(ctx, "http://"+addr+"/metrics"); err != nil {
+		if o.Metrics, err = scrape(ctx, url+"metrics", clientTLS); err != nil {
 			o.Errors = append(o.Errors, err.Error())
 		}
 	}
 	if err := f.stop(); err != nil {
 		o.Errors = append(o.Errors, err.Error())
 	}
-	o.fill(res, reports)
+	o.fill(res, reports, cfg.Clients, cfg.Concurrency)
 	prog.done(o)
 	return o
 }
@@ -151,14 +163,21 @@ func runStrategy(ctx context.Context, cfg config, s *strategy, exe string, bpf b
 // load's result, the reports of the servers it stopped, and the kernel
 // counters' deltas while the load ran (read before it is stopped: clients
 // abandoned then send resets that mean nothing).
-func drive(ctx context.Context, cfg config, f *fleet, url string, prog *progress) (*load.Result, []workerReport, reuseport.Counters, error) {
+func drive(ctx context.Context, cfg config, f *fleet, url string, clientTLS *tls.Config, prog *progress) (*load.Result, []workerReport, reuseport.Counters, error) {
 	var delta reuseport.Counters
 	before, berr := reuseport.ReadCounters()
 	// The load lasts until the restarts are done and a steady tail has
 	// passed (Duration, unless restarts fall behind on a loaded machine),
 	// bounded by maxLoad.
-	g, err := load.New(load.Config{URL: url, Concurrency: cfg.Concurrency, Duration: maxLoad(cfg),
-		Timeout: cfg.Timeout, Header: "X-Generation"})
+	lc := load.Config{URL: url, TLS: clientTLS, Concurrency: cfg.Concurrency, Duration: maxLoad(cfg),
+		Timeout: cfg.Timeout, Header: "X-Generation"}
+	switch cfg.Clients {
+	case clientsKeepAlive:
+		lc.KeepAlive = true
+	case clientsPool:
+		lc.Pool = cfg.Concurrency
+	}
+	g, err := load.New(lc)
 	if err != nil {
 		return nil, nil, delta, err
 	}

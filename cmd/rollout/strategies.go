@@ -60,9 +60,13 @@ func serveClose(ctx context.Context, w worker) (workerReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	srv := newServer(w.gen)
+	srv, err := newServer(w.gen)
+	if err != nil {
+		ln.Close()
+		return rep, err
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- serveHTTP(srv, ln) }()
 	w.ready(w.gen)
 	select {
 	case <-ctx.Done():
@@ -102,9 +106,9 @@ func serveMigrate(ctx context.Context, w worker) (workerReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	ds := &drain.Server{HTTP: newServer(w.gen)}
+	ds := &drain.Server{}
 	ready := func() error { w.ready(w.gen); return nil }
-	return serveDrained(ds, ln, ready, ctx.Done(), rep)
+	return serveDrained(ds, w.gen, ln, ready, ctx.Done(), rep)
 }
 
 // serveEBPF steers instead of migrating: reuseport listeners with
@@ -125,9 +129,9 @@ func serveEBPF(ctx context.Context, w worker) (workerReport, error) {
 		return rep, err
 	}
 	defer m.Close() // after the listener: the program needs the member's class until then
-	ds := &drain.Server{HTTP: newServer(w.gen), Listener: drain.Options{Steerer: m.Group()}}
+	ds := &drain.Server{Listener: drain.Options{Steerer: m.Group()}}
 	ready := func() error { w.ready(w.gen); return nil }
-	return serveDrained(ds, ln, ready, ctx.Done(), rep)
+	return serveDrained(ds, w.gen, ln, ready, ctx.Done(), rep)
 }
 
 // serveCPU steps out instead of steering, with no privilege: reuseport
@@ -149,9 +153,9 @@ func serveCPU(ctx context.Context, w worker) (workerReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	ds := &drain.Server{HTTP: newServer(w.gen), Listener: drain.Options{StepOut: true}}
+	ds := &drain.Server{Listener: drain.Options{StepOut: true}}
 	ready := func() error { w.ready(w.gen); return nil }
-	return serveDrained(ds, ln, ready, ctx.Done(), rep)
+	return serveDrained(ds, w.gen, ln, ready, ctx.Done(), rep)
 }
 
 // serveHandoff is one server upgraded in place: it inherits its listener
@@ -172,7 +176,25 @@ func serveHandoff(ctx context.Context, w worker) (workerReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	ds := &drain.Server{HTTP: newServer(gen)}
+	ds := &drain.Server{}
+	if os.Getenv(envCert) == "" { // TLS connections cannot be passed: they are drained
+		// Idle keep-alive connections go to the successor, which serves
+		// those its predecessor passes.
+		if err := u.HandleConns("http", func(pc handoff.PassedConn) { ds.ServeConn(pc.Conn, pc.State) }); err != nil {
+			ln.Close()
+			return rep, err
+		}
+		ds.HandOver = func(ctx context.Context, conns []drain.Detached) (int, error) {
+			if !u.TakesConns("http") {
+				return 0, handoff.ErrNotTaken
+			}
+			pcs := make([]handoff.PassedConn, len(conns))
+			for i, d := range conns {
+				pcs[i] = handoff.PassedConn{Listener: "http", Conn: d.Conn, State: d.Unread}
+			}
+			return u.PassConns(ctx, pcs)
+		}
+	}
 	ready := func() error {
 		w.ready(gen) // serving the inherited socket, next to the predecessor
 		return w.takeOver(u.Ready)
@@ -187,15 +209,27 @@ func serveHandoff(ctx context.Context, w worker) (workerReport, error) {
 		}
 		close(stop)
 	}()
-	return serveDrained(ds, ln, ready, stop, rep)
+	return serveDrained(ds, gen, ln, ready, stop, rep)
 }
 
-// serveDrained serves ds on ln, calls ready once Serve runs, and drains ds
-// when stop closes (or at once if ready fails), filling rep from the drain
-// report.
-func serveDrained(ds *drain.Server, ln net.Listener, ready func() error, stop <-chan struct{}, rep workerReport) (workerReport, error) {
+// serveDrained serves ds on ln with generation gen's http.Server (over TLS
+// when it has a TLSConfig), calls ready once Serve runs, and drains ds when
+// stop closes (or at once if ready fails), filling rep from the drain report.
+func serveDrained(ds *drain.Server, gen int, ln net.Listener, ready func() error, stop <-chan struct{}, rep workerReport) (workerReport, error) {
+	srv, err := newServer(gen)
+	if err != nil {
+		ln.Close()
+		return rep, err
+	}
+	ds.HTTP = srv
 	errc := make(chan error, 1)
-	go func() { errc <- ds.Serve(ln) }()
+	go func() {
+		if srv.TLSConfig != nil {
+			errc <- ds.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- ds.Serve(ln)
+	}()
 	rerr := ready()
 	if rerr == nil {
 		select {

@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -23,6 +25,8 @@ const (
 	envAddr     = "ZERODROP_ROLLOUT_ADDR"
 	envHandoff  = "ZERODROP_ROLLOUT_HANDOFF" // handoff socket path
 	envBPF      = "ZERODROP_ROLLOUT_BPFFS"   // bpf filesystem for the ebpf strategy
+	envCert     = "ZERODROP_ROLLOUT_CERT"    // with envKey: serve TLS with this certificate (PEM file)
+	envKey      = "ZERODROP_ROLLOUT_KEY"
 )
 
 // The line protocol between runner and worker. On stdout the worker writes
@@ -147,7 +151,25 @@ func handler(gen int) http.Handler {
 	})
 }
 
-// newServer is the http.Server every strategy uses.
-func newServer(gen int) *http.Server {
-	return &http.Server{Handler: withMetrics(gen, handler(gen)), ReadHeaderTimeout: 5 * time.Second}
+// newServer is the http.Server every strategy uses; with envCert and envKey
+// it has a TLSConfig with that certificate, and serveHTTP serves it over TLS.
+func newServer(gen int) (*http.Server, error) {
+	srv := &http.Server{Handler: withMetrics(gen, handler(gen)), ReadHeaderTimeout: 5 * time.Second}
+	if os.Getenv(envCert) == "" {
+		return srv, nil
+	}
+	cert, err := tls.LoadX509KeyPair(os.Getenv(envCert), os.Getenv(envKey))
+	if err != nil {
+		return nil, err
+	}
+	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+	return srv, nil
+}
+
+// serveHTTP serves srv on ln, over TLS when it has a TLSConfig.
+func serveHTTP(srv *http.Server, ln net.Listener) error {
+	if srv.TLSConfig != nil {
+		return srv.ServeTLS(ln, "", "")
+	}
+	return srv.Serve(ln)
 }
