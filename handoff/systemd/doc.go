@@ -38,7 +38,10 @@
 // A successor that sends MAINPID= must be systemd's child: systemd does not
 // wait at a stop for a main process that is not (it sends SIGKILL right
 // after SIGTERM, and the drain never runs). StartSuccessor starts it so
-// (clone(2) CLONE_PARENT) when NOTIFY_SOCKET is set.
+// (clone(2) CLONE_PARENT) when NOTIFY_SOCKET is set, except as PID 1 of a
+// PID namespace (NamespaceInit), where the kernel refuses it: there the
+// successor is a plain child, killed with the namespace when its predecessor
+// exits, so a container's main process needs an init in front of it.
 //
 // # The fd store
 //
