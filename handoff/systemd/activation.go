@@ -52,7 +52,8 @@ var (
 )
 
 // Activated reads LISTEN_PID/LISTEN_FDS/LISTEN_FDNAMES once (checks LISTEN_PID
-// == os.Getpid(), every fd 3.. exists, is a socket, sets FD_CLOEXEC), unsets
+// == os.Getpid(), takes fds 3.. from go-systemd's activation.Files and checks
+// that every one exists, is a socket, and has FD_CLOEXEC), unsets
 // LISTEN_* so children don't inherit them, and returns nil, nil when the process
 // was not socket-activated. Each bad variable or fd gives its own typed error.
 //
