@@ -103,6 +103,42 @@ func TestStartSuccessorPIDNamespaceInit(t *testing.T) {
 	}
 }
 
+// TestSuccessorDiesWithNamespaceInit pins down the cost StartSuccessor's doc
+// gives for its fallback: the successor PID 1 of a PID namespace starts is
+// killed by the kernel as soon as PID 1 exits. The helper (PID 1) starts
+// "sleep 30" sharing its stdout and exits at once without ending it; the
+// pipe reaches EOF, well before 30 s, only if the kernel killed the sleep.
+func TestSuccessorDiesWithNamespaceInit(t *testing.T) {
+	netnstest.RequirePrivileged(t) // CLONE_NEWPID needs CAP_SYS_ADMIN
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "ZERODROP_TEST_HELPER=start-successor-and-exit", EnvNotifySocket+"=@zerodrop-test-unused")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 10 * time.Second // a surviving sleep keeps the pipe open this long
+	out, err := cmd.Output()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		t.Fatalf("the successor outlived its namespace's PID 1 (%s)", out)
+	}
+	if err != nil {
+		t.Fatalf("helper: %v: %s", err, out)
+	}
+	if !strings.HasPrefix(string(out), "started ") {
+		t.Fatalf("helper said %q", out)
+	}
+	t.Logf("helper %s; its exit ended the successor", strings.TrimSpace(string(out)))
+}
+
+// helperStartSuccessorAndExit starts "sleep 30" with StartSuccessor, its
+// stdout ours, says so and exits without ending it.
+func helperStartSuccessorAndExit() {
+	cmd := exec.Command("sleep", "30")
+	cmd.Stdout = os.Stdout
+	sibling, err := StartSuccessor(cmd)
+	if err != nil {
+		fatal("start: sibling %v: %v", sibling, err)
+	}
+	fmt.Printf("started successor %d, sibling %v, as pid %d\n", cmd.Process.Pid, sibling, os.Getpid())
+}
+
 // A successor that cannot be started is no sibling: StartSuccessor returns
 // false with the error, under systemd as outside it.
 func TestStartSuccessorFails(t *testing.T) {
