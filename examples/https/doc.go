@@ -18,7 +18,11 @@
 // SIGINT or SIGTERM drains and exits. With -cert and -key it serves that
 // certificate; without them the first generation writes a new self-signed
 // one (for 127.0.0.1, ::1 and localhost) next to the handoff socket, and its
-// successors load it.
+// successors load it. That directory has a predictable name in $TMPDIR by
+// default, so the example writes there only if it is ours and mode 0700 (it
+// creates it so when missing), and creates cert.pem and key.pem with
+// O_EXCL|O_NOFOLLOW: a directory another user made, or a symlink planted
+// where the key goes, is refused with an error, and nothing is written.
 //
 // # How it works
 //

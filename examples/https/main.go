@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop"
+	"golang.org/x/sys/unix"
 )
 
 // config is the command line.
@@ -39,7 +40,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8443", "address to listen on (the first generation)")
 	fs.StringVar(&c.socket, "socket", filepath.Join(dir, "handoff.sock"),
-		"handoff socket; its directory is created 0700, and https.pid (and a generated certificate) go next to it")
+		"handoff socket; https.pid (and a generated certificate and key) go next to it, in a directory that must be ours and 0700 (created so if missing)")
 	fs.StringVar(&c.cert, "cert", "", "PEM certificate file (default: a self-signed one, made at start)")
 	fs.StringVar(&c.key, "key", "", "PEM key file of -cert")
 	fs.DurationVar(&c.grace, "grace", 30*time.Second, "bound on the drain")
@@ -71,15 +72,14 @@ func main() {
 // successor is ready, on SIGTERM or SIGINT, or when ctx ends.
 func run(ctx context.Context, c *config, out io.Writer) error {
 	dir := filepath.Dir(c.socket)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
 	if c.cert == "" { // the first generation: its successors load this one
-		c.cert, c.key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-		if err := selfSigned(c.cert, c.key); err != nil {
+		if err := selfSigned(dir); err != nil {
 			return err
 		}
+		c.cert, c.key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 		c.args = append(c.args, "-cert", c.cert, "-key", c.key)
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
 	}
 	cert, err := tls.LoadX509KeyPair(c.cert, c.key)
 	if err != nil {
@@ -140,8 +140,14 @@ func successor(c *config) *exec.Cmd {
 }
 
 // selfSigned writes a new self-signed certificate for 127.0.0.1, ::1 and
-// localhost, valid for a week, to certFile, and its key to keyFile (0600).
-func selfSigned(certFile, keyFile string) error {
+// localhost, valid for a week, to cert.pem in dir, and its key to key.pem
+// (0600), in a directory that must be ours alone (see privateDir).
+func selfSigned(dir string) error {
+	dirfd, err := privateDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dirfd)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -165,8 +171,8 @@ func selfSigned(certFile, keyFile string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+	if err := createIn(dirfd, dir, "key.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
 		return err
 	}
-	return os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	return createIn(dirfd, dir, "cert.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/zerodrop/zerodrop/reuseport"
 )
 
@@ -33,6 +34,7 @@ type Activation struct {
 
 // passed is one checked fd and what the kernel says it is.
 type passed struct {
+	f    *os.File // from activation.Files; owned by the Activation until taken
 	fd   int
 	name string
 	sock reuseport.Socket
@@ -42,10 +44,16 @@ var (
 	once      sync.Once
 	activated *Activation
 	actErr    error
+	// unheld keeps the files of a failed activation referenced for the
+	// life of the process: dropped, their finalizers would close fds 3..
+	// (which stay open, as documented) or, for an fd that was missing, a
+	// number something else opened since.
+	unheld []*os.File
 )
 
 // Activated reads LISTEN_PID/LISTEN_FDS/LISTEN_FDNAMES once (checks LISTEN_PID
-// == os.Getpid(), every fd 3.. exists, is a socket, sets FD_CLOEXEC), unsets
+// == os.Getpid(), takes fds 3.. from go-systemd's activation.Files and checks
+// that every one exists, is a socket, and has FD_CLOEXEC), unsets
 // LISTEN_* so children don't inherit them, and returns nil, nil when the process
 // was not socket-activated. Each bad variable or fd gives its own typed error.
 //
@@ -59,7 +67,7 @@ var (
 // with errors.Join, one *FDError per bad fd (ErrFDMissing, ErrNotSocket).
 func Activated() (*Activation, error) {
 	once.Do(func() {
-		activated, actErr = activate(os.Getenv, os.Getpid())
+		activated, actErr = activate(os.Getenv, os.Getpid(), activation.Files)
 		for _, v := range []string{EnvListenPID, EnvListenFDs, EnvListenFDNames} {
 			if err := os.Unsetenv(v); err != nil && actErr == nil {
 				actErr = fmt.Errorf("systemd activation: unset %s: %w", v, err)
@@ -69,29 +77,46 @@ func Activated() (*Activation, error) {
 	return activated, actErr
 }
 
-// activate parses the environment and checks each fd.
-func activate(getenv func(string) string, pid int) (*Activation, error) {
+// activate reads the environment with getenv, then takes the fds from files
+// (go-systemd's activation.Files, which follows the protocol: fds 3.. as
+// *os.File, close-on-exec, named by LISTEN_FDNAMES) and checks each.
+//
+// Two things go-systemd cannot do, so they are ours. activation.Files
+// returns nil, with no error, for every fault of the variables (a LISTEN_PID
+// of another process, a malformed LISTEN_FDS) and names fds by position
+// whatever LISTEN_FDNAMES holds, so parseEnv reads them first and reports
+// each fault (*EnvError). And it wraps each fd without looking at it (its
+// CloseOnExec drops the error of a missing fd), so each *os.File is checked
+// here (open, a socket, the fd number expected) before any is handed out:
+// go-systemd's own Listeners drops such errors.
+func activate(getenv func(string) string, pid int, files func(unsetEnv bool) []*os.File) (*Activation, error) {
 	n, names, err := parseEnv(getenv, pid)
 	if n == 0 {
 		return nil, err
 	}
-	a := &Activation{fds: make([]passed, 0, n)}
 	var errs []error
 	if err != nil { // bad LISTEN_FDNAMES: the fds are still ours, check them
 		errs = append(errs, err)
 	}
-	for i := range n {
-		p := passed{fd: firstFD + i}
-		if names != nil {
+	fs := files(false) // Activated unsets LISTEN_* itself, and reports it
+	if len(fs) != n {
+		errs = append(errs, &FDError{Op: "activate", FD: firstFD + len(fs), Kind: ErrFDMissing,
+			Err: fmt.Errorf("activation.Files returned %d files for %s=%d", len(fs), EnvListenFDs, n)})
+	}
+	a := &Activation{fds: make([]passed, 0, len(fs))}
+	for i, f := range fs {
+		p := passed{f: f}
+		if names != nil && i < len(names) {
 			p.name = names[i]
 		}
-		if err := p.check(); err != nil {
+		if err := p.check(firstFD + i); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		a.fds = append(a.fds, p)
 	}
 	if len(errs) > 0 {
+		unheld = append(unheld, fs...)
 		return nil, errors.Join(errs...)
 	}
 	return a, nil
@@ -99,6 +124,8 @@ func activate(getenv func(string) string, pid int) (*Activation, error) {
 
 // parseEnv returns the fd count and names (nil when LISTEN_FDNAMES is unset).
 // With a bad LISTEN_FDNAMES it returns the count too: the fds are ours.
+// activation.Files reads the same variables but reports none of their
+// faults (see activate).
 func parseEnv(getenv func(string) string, pid int) (int, []string, error) {
 	pidStr, fdsStr, namesStr := getenv(EnvListenPID), getenv(EnvListenFDs), getenv(EnvListenFDNames)
 	if pidStr == "" && fdsStr == "" {
@@ -136,7 +163,9 @@ func parseEnv(getenv func(string) string, pid int) (int, []string, error) {
 
 // Take returns, and removes from a, the fd named name (FileDescriptorName=), or
 // when name is "" or not found by name the first whose local address matches
-// network/address; ok is false when none matches. The caller owns f.
+// network/address; ok is false when none matches. The caller owns f, whose
+// Name is its LISTEN_FDNAMES entry, or LISTEN_FD_<fd> without one (as
+// go-systemd's activation.Files names it).
 //
 // An empty address matches no fd: Take("metrics", "tcp", "") never returns
 // the fd named "http".
@@ -152,7 +181,7 @@ func (a *Activation) Take(name, network, address string) (f *os.File, ok bool, e
 	if !ok {
 		return nil, false, err
 	}
-	return os.NewFile(uintptr(p.fd), p.label()), true, nil
+	return p.f, true, nil
 }
 
 func (a *Activation) take(name, network, address string) (passed, bool, error) {
@@ -226,17 +255,10 @@ func (a *Activation) Close() error {
 	defer a.mu.Unlock()
 	var errs []error
 	for _, p := range a.fds {
-		if err := closeFD(p.fd); err != nil {
+		if err := p.f.Close(); err != nil {
 			errs = append(errs, &FDError{Op: "close", FD: p.fd, Name: p.name, Kind: ErrFDMissing, Err: err})
 		}
 	}
 	a.fds = nil
 	return errors.Join(errs...)
-}
-
-func (p passed) label() string {
-	if p.name != "" {
-		return "systemd:" + p.name
-	}
-	return "systemd:" + p.sock.String()
 }

@@ -7,12 +7,13 @@
 // # Socket activation
 //
 // Activated reads LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES once, unsets them
-// so that children (a successor generation) do not inherit them, and checks
-// every fd 3.. before handing any out: it must be open, be a socket, and gets
-// FD_CLOEXEC. Each bad variable or fd is its own typed error (*EnvError,
-// *FDError) matching one sentinel (ErrListenPID, ErrListenFDs,
-// ErrListenFDNames, ErrFDMissing, ErrNotSocket); nothing is dropped silently,
-// unlike go-systemd's Listeners. Take hands out one fd at a time, by
+// so that children (a successor generation) do not inherit them, takes fds
+// 3.. from go-systemd's activation.Files, and checks every one before handing
+// any out: it must be open, be a socket, and gets FD_CLOEXEC. Each bad
+// variable or fd is its own typed error (*EnvError, *FDError) matching one
+// sentinel (ErrListenPID, ErrListenFDs, ErrListenFDNames, ErrFDMissing,
+// ErrNotSocket); nothing is dropped silently, unlike go-systemd's Files
+// (which returns nil for a bad variable) and Listeners. Take hands out one fd at a time, by
 // FileDescriptorName= (LISTEN_FDNAMES) or by local address, and checks its kind
 // (listening TCP, UDP, unix); Listener also turns it into a net.Listener and,
 // given a reuseport.Config, compares its options with the digest a fresh
@@ -28,7 +29,9 @@
 // # The notify lifecycle
 //
 // A Notifier (FromEnv: $NOTIFY_SOCKET, a path or an abstract "@name") sends
-// one datagram per call: Ready (READY=1, STATUS= naming the generation),
+// one datagram per call (through go-systemd's daemon.SdNotify for
+// $NOTIFY_SOCKET; Store attaches an fd, which SdNotify cannot, so it has its
+// own sendmsg): Ready (READY=1, STATUS= naming the generation),
 // Reloading (RELOADING=1 with MONOTONIC_USEC, while a handoff runs), MainPID
 // (MAINPID=<successor>, once the successor serves), Stopping (STOPPING=1 when
 // draining starts), Status, and watchdog pings (StartWatchdog honours
@@ -38,7 +41,10 @@
 // A successor that sends MAINPID= must be systemd's child: systemd does not
 // wait at a stop for a main process that is not (it sends SIGKILL right
 // after SIGTERM, and the drain never runs). StartSuccessor starts it so
-// (clone(2) CLONE_PARENT) when NOTIFY_SOCKET is set.
+// (clone(2) CLONE_PARENT) when NOTIFY_SOCKET is set, except as PID 1 of a
+// PID namespace (NamespaceInit), where the kernel refuses it: there the
+// successor is a plain child, killed with the namespace when its predecessor
+// exits, so a container's main process needs an init in front of it.
 //
 // # The fd store
 //

@@ -2,6 +2,7 @@ package systemd
 
 import (
 	"errors"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -68,7 +69,9 @@ func TestCheckFDName(t *testing.T) {
 // parsing never panics, takes fds only when LISTEN_PID names us, counts them
 // within 0..maxFDs with one name each (or none), and otherwise returns an
 // *EnvError naming the variable at fault and matching its sentinel alone.
-// Activation then offers only fds in 3..3+n-1.
+// Activation then offers only fds in 3..3+n-1: the files come from
+// go-systemd's activation.Files, here a stand-in that returns files of the
+// test's own (opened on /dev/null, not at fds 3..), which activate refuses.
 func FuzzParseEnv(f *testing.F) {
 	const pid = 4242
 	for _, s := range [][3]string{
@@ -114,7 +117,7 @@ func FuzzParseEnv(f *testing.F) {
 		if n == 0 || n > 16 {
 			return // activation checks real fds: keep the cost bounded
 		}
-		a, _ := activate(getenv, pid)
+		a, _ := activate(getenv, pid, func(bool) []*os.File { return devNull(t, n) })
 		if a == nil {
 			return
 		}
@@ -124,4 +127,19 @@ func FuzzParseEnv(f *testing.F) {
 			}
 		}
 	})
+}
+
+// devNull opens /dev/null n times; a cleanup of t closes the files.
+func devNull(t *testing.T, n int) []*os.File {
+	t.Helper()
+	fs := make([]*os.File, n)
+	for i := range fs {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		fs[i] = f
+	}
+	return fs
 }

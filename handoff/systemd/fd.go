@@ -12,11 +12,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// check verifies that the fd is open and a socket, sets FD_CLOEXEC and reads
-// what kind of socket it is.
-func (p *passed) check() error {
+// check verifies that p.f holds fd want and that the fd is open and a
+// socket, sets FD_CLOEXEC (activation.Files sets it too, but drops the error
+// that says the fd is missing) and reads what kind of socket it is.
+func (p *passed) check(want int) error {
+	p.fd = want
 	fail := func(kind, err error) error {
 		return &FDError{Op: "activate", FD: p.fd, Name: p.name, Kind: kind, Err: err}
+	}
+	rc, err := p.f.SyscallConn()
+	if err != nil {
+		return fail(ErrFDMissing, err)
+	}
+	got := -1
+	if err := rc.Control(func(fd uintptr) { got = int(fd) }); err != nil {
+		return fail(ErrFDMissing, err)
+	}
+	if got != want {
+		p.fd = got
+		return fail(ErrFDMissing, fmt.Errorf("activation.Files returned fd %d in place of fd %d", got, want))
 	}
 	flags, err := unix.FcntlInt(uintptr(p.fd), unix.F_GETFD, 0)
 	if err != nil {
@@ -37,13 +51,6 @@ func (p *passed) check() error {
 		return fail(ErrNotSocket, err)
 	}
 	p.sock = *s
-	return nil
-}
-
-func closeFD(fd int) error {
-	if err := unix.Close(fd); err != nil {
-		return os.NewSyscallError("close", err)
-	}
 	return nil
 }
 

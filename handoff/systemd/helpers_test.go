@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("serve", helperServe)
 	netnstest.RegisterHelper("store-and-stop", helperStoreAndStop)
 	netnstest.RegisterHelper("start-successor", helperStartSuccessor)
+	netnstest.RegisterHelper("start-successor-and-exit", helperStartSuccessorAndExit)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }

@@ -3,7 +3,6 @@ package systemd
 import (
 	"context"
 	"net"
-	"os"
 
 	"github.com/zerodrop/zerodrop/reuseport"
 )
@@ -24,7 +23,7 @@ func (a *Activation) Listener(ctx context.Context, name, network, address string
 	if !ok {
 		return nil, &NotFoundError{Name: name, Network: network, Address: address, Have: a.Available()}
 	}
-	f := os.NewFile(uintptr(p.fd), p.label())
+	f := p.f
 	defer f.Close()
 	if cfg != nil {
 		if err := CheckOptions(ctx, f, cfg, ignore...); err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/zerodrop/zerodrop/internal/shared"
 	"go.uber.org/zap"
 )
@@ -44,7 +45,7 @@ func FromEnv() *Notifier {
 // should name the generation (for example "generation 3 serving :8080") so
 // that "systemctl status" shows which generation systemd believes in.
 func (n *Notifier) Ready(status string) error {
-	return n.Notify(withStatus(status, "READY=1")...)
+	return n.Notify(withStatus(status, daemon.SdNotifyReady)...)
 }
 
 // Reloading sends RELOADING=1 with MONOTONIC_USEC (CLOCK_MONOTONIC now, in µs,
@@ -55,7 +56,7 @@ func (n *Notifier) Reloading(status string) error {
 	if err != nil {
 		return &NotifyError{Op: "notify", Socket: n.socket(), Err: err}
 	}
-	return n.Notify(withStatus(status, "RELOADING=1", "MONOTONIC_USEC="+strconv.FormatInt(us, 10))...)
+	return n.Notify(withStatus(status, daemon.SdNotifyReloading, "MONOTONIC_USEC="+strconv.FormatInt(us, 10))...)
 }
 
 // MainPID sends MAINPID=pid: pid (the successor) is now the service's main
@@ -72,7 +73,7 @@ func (n *Notifier) MainPID(pid int) error {
 
 // Stopping sends STOPPING=1 with STATUS=status: draining has started.
 func (n *Notifier) Stopping(status string) error {
-	return n.Notify(withStatus(status, "STOPPING=1")...)
+	return n.Notify(withStatus(status, daemon.SdNotifyStopping)...)
 }
 
 // Status sends STATUS=status alone.
@@ -90,10 +91,30 @@ func (n *Notifier) Notify(lines ...string) error {
 	if err != nil {
 		return &NotifyError{Op: "notify", Socket: n.Socket, State: msg, Err: err}
 	}
-	if err := send(n.Socket, msg, -1); err != nil {
+	if err := n.notify(msg); err != nil {
 		return &NotifyError{Op: "notify", Socket: n.Socket, State: msg, Err: err}
 	}
 	return nil
+}
+
+// notify sends msg, with no fd. The environment's notify socket (FromEnv's)
+// goes through go-systemd's daemon.SdNotify. SdNotify reads only
+// $NOTIFY_SOCKET, so a Notifier for another socket (one set by hand: a
+// test's, a supervisor's own) goes through send, the sendmsg that Store
+// needs anyway to attach an fd. SdNotify reports "not sent" without an error
+// when NOTIFY_SOCKET was unset meanwhile; that is ErrNoNotifySocket here.
+func (n *Notifier) notify(msg string) error {
+	if err := checkSocket(n.Socket); err != nil {
+		return err
+	}
+	if n.Socket != os.Getenv(EnvNotifySocket) {
+		return send(n.Socket, msg, -1)
+	}
+	sent, err := daemon.SdNotify(false, msg)
+	if err == nil && !sent {
+		err = ErrNoNotifySocket
+	}
+	return err
 }
 
 // Store sends FDSTORE=1 and FDNAME=name with conn's fd (SCM_RIGHTS): systemd
@@ -145,7 +166,7 @@ func (n *Notifier) Remove(name string) error {
 	if err := checkFDName(name); err != nil {
 		return &NotifyError{Op: "remove", Socket: n.Socket, State: msg, Err: err}
 	}
-	if err := send(n.Socket, msg, -1); err != nil {
+	if err := n.notify(msg); err != nil {
 		return &NotifyError{Op: "remove", Socket: n.Socket, State: msg, Err: err}
 	}
 	return nil

@@ -28,9 +28,17 @@ func monotonic(t *testing.T) int64 {
 func TestNotifyProtocol(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		for _, addr := range []string{filepath.Join(t.TempDir(), "notify"), "@zerodrop-notify-" + strconv.Itoa(os.Getpid())} {
-			t.Run(map[bool]string{true: "abstract", false: "path"}[addr[0] == '@'], func(t *testing.T) {
-				testPhases(t, netnstest.ListenNotify(t, addr))
-			})
+			// A Notifier for $NOTIFY_SOCKET sends its states through
+			// go-systemd's daemon.SdNotify, one for another socket through
+			// our sendmsg; Store always through ours.
+			for _, env := range []bool{false, true} {
+				name := map[bool]string{true: "abstract", false: "path"}[addr[0] == '@'] + map[bool]string{true: " in NOTIFY_SOCKET", false: ""}[env]
+				t.Run(name, func(t *testing.T) {
+					sd := netnstest.ListenNotify(t, addr+map[bool]string{true: "-env", false: ""}[env])
+					t.Setenv(EnvNotifySocket, map[bool]string{true: sd.Addr, false: ""}[env])
+					testPhases(t, sd)
+				})
+			}
 		}
 	})
 }
@@ -106,6 +114,8 @@ func TestNotifyErrors(t *testing.T) {
 			t.Fatalf("nil notifier Ready: %v, want nil", err)
 		}
 		missing := &Notifier{Socket: filepath.Join(t.TempDir(), "absent")}
+		t.Setenv(EnvNotifySocket, filepath.Join(t.TempDir(), "absent-too"))
+		missingEnv := FromEnv() // daemon.SdNotify's way
 		cases := []struct {
 			name string
 			err  error
@@ -114,6 +124,9 @@ func TestNotifyErrors(t *testing.T) {
 			{"store without systemd", none.Store("http", l), []error{ErrNotify, ErrNoNotifySocket}},
 			{"remove without systemd", none.Remove("http"), []error{ErrNotify, ErrNoNotifySocket}},
 			{"socket absent", missing.Ready("x"), []error{ErrNotify, syscall.ENOENT}},
+			{"socket in NOTIFY_SOCKET absent", missingEnv.Ready("x"), []error{ErrNotify, syscall.ENOENT}},
+			{"remove to absent socket in NOTIFY_SOCKET", missingEnv.Remove("http"), []error{ErrNotify, syscall.ENOENT}},
+			{"store to absent socket in NOTIFY_SOCKET", missingEnv.Store("http", l), []error{ErrNotify, syscall.ENOENT}},
 			{"store to absent socket", missing.Store("http", l), []error{ErrNotify, syscall.ENOENT}},
 			{"name with colon", missing.Store("a:b", l), []error{ErrNotify}},
 			{"empty name", missing.Remove(""), []error{ErrNotify}},

@@ -24,8 +24,20 @@ import (
 // A sibling's exit is systemd's to reap: cmd.Wait returns ECHILD at once;
 // watch the successor through the handoff (or a pidfd) instead. cmd's own
 // SysProcAttr, if set, is kept, with CLONE_PARENT added.
+//
+// As PID 1 of a PID namespace (a container's main process: podman
+// --sdnotify=container, systemd-nspawn) there is no sibling to start: clone(2)
+// refuses CLONE_PARENT to an init process (EINVAL), so StartSuccessor starts a
+// plain child there and returns false; NamespaceInit tells the caller, to log
+// it. Such a successor lives only as long as this process: when the init of
+// a PID namespace exits, the kernel kills every process in it
+// (pid_namespaces(7)). An in-place upgrade of a container's main process
+// therefore needs an init in front of it (podman run --init, tini,
+// catatonit), or this process to stay and reap after its drain.
+//
+// sibling is false whenever err is not nil: nothing was started.
 func StartSuccessor(cmd *exec.Cmd) (sibling bool, err error) {
-	if os.Getenv(EnvNotifySocket) == "" {
+	if os.Getenv(EnvNotifySocket) == "" || NamespaceInit() {
 		return false, cmd.Start()
 	}
 	attr := &syscall.SysProcAttr{}
@@ -35,5 +47,14 @@ func StartSuccessor(cmd *exec.Cmd) (sibling bool, err error) {
 	}
 	attr.Cloneflags |= syscall.CLONE_PARENT
 	cmd.SysProcAttr = attr
-	return true, cmd.Start()
+	if err := cmd.Start(); err != nil {
+		return false, err
+	}
+	return true, nil
 }
+
+// NamespaceInit reports whether this process is PID 1 of its PID namespace
+// (getpid(2) answers in the caller's own namespace): StartSuccessor then
+// starts a plain child even under systemd, and that child is killed by the
+// kernel when this process exits.
+func NamespaceInit() bool { return os.Getpid() == 1 }

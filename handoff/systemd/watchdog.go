@@ -2,13 +2,13 @@ package systemd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"go.uber.org/zap"
 )
 
@@ -27,8 +27,9 @@ type Watchdog struct {
 }
 
 // StartWatchdog starts pinging when WATCHDOG_USEC is set and WATCHDOG_PID is
-// unset or names this process (as sd_watchdog_enabled(3) reads them); it
-// returns nil, nil when systemd asked for no pings, or a nil Notifier. A
+// unset or names this process (go-systemd's daemon.SdWatchdogEnabled reads
+// them, as sd_watchdog_enabled(3) does); it returns nil, nil when systemd
+// asked for no pings (or for another process's), or a nil Notifier. A
 // malformed WATCHDOG_USEC or WATCHDOG_PID is an error. The variables stay set
 // for children: after MAINPID= hands the service to a successor, the successor
 // pings with WatchdogInterval and Pinger.
@@ -36,18 +37,13 @@ func (n *Notifier) StartWatchdog(ctx context.Context) (*Watchdog, error) {
 	if n == nil {
 		return nil, nil
 	}
-	iv, err := WatchdogInterval()
-	if err != nil || iv == 0 {
-		return nil, err
+	iv, err := daemon.SdWatchdogEnabled(false)
+	if err != nil {
+		state := "WATCHDOG_USEC=" + os.Getenv("WATCHDOG_USEC") + "\nWATCHDOG_PID=" + os.Getenv("WATCHDOG_PID")
+		return nil, &NotifyError{Op: "watchdog", Socket: n.Socket, State: state, Err: err}
 	}
-	if s := os.Getenv("WATCHDOG_PID"); s != "" {
-		pid, err := strconv.Atoi(s)
-		if err != nil || pid <= 0 {
-			return nil, &NotifyError{Op: "watchdog", Socket: n.Socket, State: "WATCHDOG_PID=" + s, Err: errors.New("want a positive process ID")}
-		}
-		if pid != os.Getpid() {
-			return nil, nil // the pings are another process's to send
-		}
+	if iv == 0 {
+		return nil, nil
 	}
 	return n.Pinger(ctx, iv), nil
 }
@@ -56,6 +52,8 @@ func (n *Notifier) StartWatchdog(ctx context.Context) (*Watchdog, error) {
 // 0 when unset, an error when malformed. A successor that became the main
 // process with MAINPID= inherited its predecessor's WATCHDOG_PID, so
 // StartWatchdog would not ping; it calls Pinger with this interval instead.
+// (Our own parsing: go-systemd's SdWatchdogEnabled answers 0 whenever
+// WATCHDOG_PID names another process, which is this case.)
 func WatchdogInterval() (time.Duration, error) {
 	s := os.Getenv("WATCHDOG_USEC")
 	if s == "" {
@@ -96,7 +94,7 @@ func (w *Watchdog) run(ctx context.Context, n *Notifier) {
 }
 
 func (w *Watchdog) ping(n *Notifier) {
-	err := n.Notify("WATCHDOG=1")
+	err := n.Notify(daemon.SdNotifyWatchdog)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.pings++
