@@ -15,6 +15,7 @@ import (
 	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // Generation is one process of a service and its listeners, one per address,
@@ -247,6 +248,43 @@ func (g *Generation) settle(ctx context.Context) bool {
 	return g.u.Settle(ctx)
 }
 
+// Linger keeps a generation that is PID 1 of its PID namespace (a
+// container's main process: podman, nspawn) alive after a successor took
+// over, because the kernel ends every process of the namespace when its
+// PID 1 exits: it stays the namespace's init, reaps the processes that end,
+// passes each stop signal (Options.Signals) it gets, and ctx's end, to
+// every other process of the namespace, and returns once none is left.
+// In any other process, or when no successor took over, it returns at once.
+// Serve calls it after its drain. Call it before Close.
+func (g *Generation) Linger(ctx context.Context, cause string) {
+	if cause != CauseSuccessor || !systemd.NamespaceInit() {
+		return
+	}
+	g.log.Info("PID 1 of the namespace: staying its init until the successors exit", zap.String("event", "zerodrop.linger"))
+	reaped := make(chan struct{})
+	go func() {
+		defer close(reaped)
+		for {
+			var ws unix.WaitStatus
+			if _, err := unix.Wait4(-1, &ws, 0, nil); err == unix.ECHILD {
+				return
+			}
+		}
+	}()
+	done := ctx.Done()
+	for {
+		select {
+		case <-reaped:
+			return
+		case sig := <-g.stop:
+			unix.Kill(-1, sig.(syscall.Signal)) // every process of the namespace but us
+		case <-done:
+			done = nil
+			unix.Kill(-1, unix.SIGTERM)
+		}
+	}
+}
+
 // Stopping logs the stop and, unless a successor took over, tells systemd
 // (STOPPING=1).
 func (g *Generation) Stopping(cause string) {
@@ -299,6 +337,10 @@ func startSuccessor(successor func() *exec.Cmd, log *zap.Logger) error {
 		return err
 	}
 	log.Info("successor started", zap.String("event", "zerodrop.successor"), zap.Int("pid", cmd.Process.Pid), zap.String("path", cmd.Path), zap.Bool("systemd_child", sibling))
+	if systemd.NamespaceInit() {
+		log.Warn("PID 1 of a PID namespace: the successor is our child, not systemd's, and this process stays the namespace's init after the handoff (Generation.Linger)",
+			zap.String("event", "zerodrop.namespace_init"), zap.Int("pid", cmd.Process.Pid))
+	}
 	if !sibling {
 		go cmd.Wait()
 	}

@@ -1,8 +1,10 @@
 package zerodrop_test
 
 import (
+	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -192,4 +194,86 @@ func TestServeStopDuringHandoff(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestServeNamespaceInit: generation 1 is PID 1 of a PID namespace of its
+// own (a container's main process). SIGHUP starts generation 2 as its child
+// (CLONE_PARENT cannot work there), which takes over; generation 1 must not
+// exit after its drain, since the kernel would then kill generation 2 with
+// the rest of the namespace: it stays the namespace's init, and generation 2
+// answers every request. A SIGTERM to generation 1 then reaches generation 2,
+// which drains, and both exit (generation 1's Serve returns last). Before, generation 2 died with generation 1:
+// 0 of 20 answered.
+func TestServeNamespaceInit(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		bin := netnstest.ExecutableCopy(t)
+		addr := "127.0.0.1:8080"
+		cmd := exec.Command(bin, "-test.run=^$")
+		cmd.Env = append(os.Environ(), "ZERODROP_TEST_HELPER=generation", "ZD_SOCK="+filepath.Join(t.TempDir(), "handoff.sock"), "ZD_ADDR="+addr)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		var werr error
+		go func() { werr = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() {
+			cmd.Process.Kill() // the namespace's init: the kernel ends the rest
+			<-exited
+		})
+		lines := netnstest.ReadLines(out)
+		if got := lines.Expect(t, "serving"); got[1] != "1" || got[2] != "1" {
+			t.Fatalf("generation %s serving as pid %s, want generation 1 as pid 1 of its namespace", got[1], got[2])
+		}
+		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		pid2, err := strconv.Atoi(lines.Expect(t, "serving")[2]) // its pid in the namespace
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Generation 1 answers until its drain released the socket: then
+		// generation 2 answers everything.
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+		run, last := 0, ""
+		for deadline := time.Now().Add(30 * time.Second); run < 20 && time.Now().Before(deadline); {
+			got, _, err := get(c, "http://"+addr+"/")
+			if err == nil && got == pid2 {
+				run++
+				continue
+			}
+			run, last = 0, fmt.Sprintf("pid %d, %v", got, err)
+		}
+		if run < 20 {
+			t.Fatalf("generation 2 (pid %d) never answered 20 requests in a row within 30 s (last other answer: %s)", pid2, last)
+		}
+		select {
+		case <-exited:
+			t.Fatalf("generation 1, the namespace's init, exited after the handoff: %v", werr)
+		default:
+		}
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if rep := lines.Expect(t, "report"); rep[1] != "2" || rep[2] != "terminated" {
+			t.Errorf("generation 2 reported %v, want terminated", rep[1:])
+		}
+		// Serve returns in generation 1 once it is the last process.
+		if rep := lines.Expect(t, "report"); rep[1] != "1" || rep[2] != "successor_ready" {
+			t.Errorf("generation 1 reported %v, want successor_ready", rep[1:])
+		}
+		select {
+		case <-exited:
+			if werr != nil {
+				t.Errorf("generation 1: %v", werr)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("generation 1 did not exit within 30 s of its successor's stop")
+		}
+	})
 }

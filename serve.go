@@ -186,7 +186,9 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 		_, serr := shutdown(cause, 0)
 		return rep, errors.Join(fmt.Errorf("zerodrop: serve: %w", err), serr)
 	}
-	return shutdown(cause, delay)
+	rep, err = shutdown(cause, delay)
+	g.Linger(ctx, cause)
+	return rep, err
 }
 
 // generationSet is a Generation and the siblings of Options.Pool.

@@ -97,5 +97,7 @@ func Serve(ctx context.Context, s *Server, addrs []string, opts zerodrop.Options
 		_, serr := shutdown(cause, 0)
 		return rep, errors.Join(fmt.Errorf("grpcdrain: serve: %w", err), serr)
 	}
-	return shutdown(cause, delay)
+	rep, err = shutdown(cause, delay)
+	g.Linger(ctx, cause)
+	return rep, err
 }

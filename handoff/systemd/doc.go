@@ -44,7 +44,9 @@
 // (clone(2) CLONE_PARENT) when NOTIFY_SOCKET is set, except as PID 1 of a
 // PID namespace (NamespaceInit), where the kernel refuses it: there the
 // successor is a plain child, killed with the namespace when its predecessor
-// exits, so a container's main process needs an init in front of it.
+// exits: the predecessor must then stay alive as the namespace's init (as
+// zerodrop.Serve does, Generation.Linger), or run behind one (podman --init,
+// tini).
 //
 // # The fd store
 //
