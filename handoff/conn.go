@@ -118,17 +118,13 @@ func (c *conn) bind(ctx context.Context) (unbind func()) {
 }
 
 // deadline sets, with set, the deadline of the next read or write: d from
-// now (none when d <= 0: for a read that cannot block, see lastWord), or
-// the bound ctx's deadline when sooner. It fails with ctx's error if ctx
-// has ended: checked after the deadline is set, so that a ctx ending in
+// now, or the bound ctx's deadline when sooner. It fails with ctx's error if
+// ctx has ended: checked after the deadline is set, so that a ctx ending in
 // between is caught here or by bind's AfterFunc.
 func (c *conn) deadline(set func(time.Time) error, d time.Duration) error {
-	var t time.Time
-	if d > 0 {
-		t = time.Now().Add(d)
-	}
+	t := time.Now().Add(d)
 	if c.ctx != nil {
-		if dl, ok := c.ctx.Deadline(); ok && (t.IsZero() || dl.Before(t)) {
+		if dl, ok := c.ctx.Deadline(); ok && dl.Before(t) {
 			t = dl
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"go.uber.org/zap"
@@ -366,10 +367,12 @@ func (s *ConnSender) Close() error {
 // by it. The error, if any, wraps ErrNotTaken (when the receiver takes no
 // connections of a listener, nothing is passed), ErrValidation (it refused
 // a batch) or why the conversation failed; after a failure the
-// conversation is over and Takes is false. ctx is checked before each
-// batch; a batch sent is waited for (at most the Timeout), never abandoned,
-// so that no connection ends up held by both processes. Safe for
-// concurrent use (calls are serialized).
+// conversation is over and Takes is false. ctx bounds each batch's send
+// and the wait for its ack, as the Timeout does: a batch whose ack did not
+// come by then is settled exactly (see lastWord), the receiver's if its ack
+// came first, else the caller's, and then the receiver cannot take it any
+// more: no connection ends up held by both processes. Safe for concurrent
+// use (calls are serialized).
 func (s *ConnSender) PassConns(ctx context.Context, conns []PassedConn) (passed int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -402,7 +405,7 @@ func (s *ConnSender) PassConns(ctx context.Context, conns []PassedConn) (passed 
 			return passed, fmt.Errorf("%w: %w", ErrNotTaken, err)
 		}
 		n := batchLen(conns[passed:])
-		if err := s.passBatch(conns[passed : passed+n]); err != nil {
+		if err := s.passBatch(ctx, conns[passed:passed+n]); err != nil {
 			return passed, err
 		}
 		for _, pc := range conns[passed : passed+n] {
@@ -433,7 +436,7 @@ func batchLen(conns []PassedConn) int {
 
 // passBatch sends one batch and waits for its ack. The fds sent are dups,
 // closed once sent.
-func (s *ConnSender) passBatch(batch []PassedConn) error {
+func (s *ConnSender) passBatch(ctx context.Context, batch []PassedConn) error {
 	c := s.c
 	f := &frame{Type: typeConns, First: s.passed, Count: len(batch), Conns: make([]connDecl, len(batch))}
 	fds := make([]int, 0, len(batch))
@@ -448,15 +451,25 @@ func (s *ConnSender) passBatch(batch []PassedConn) error {
 			return fmt.Errorf("%w: connection %s: %w", ErrNotTaken, pc.Conn.RemoteAddr(), err)
 		}
 	}
-	if err := c.send(f, fds); err != nil {
+	// ctx bounds the send and the wait for the ack; the ack itself, once
+	// bytes came, is read within the Timeout.
+	unbind := c.bind(ctx)
+	err := c.send(f, fds)
+	if err != nil {
+		unbind()
 		return fmt.Errorf("%w: %w", ErrNotTaken, err)
 	}
 	if testHookConnsSent != nil {
 		testHookConnsSent(f.First)
 	}
-	a, _, err := c.recv(0)
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+	err = c.awaitData(c.timeout)
+	unbind()
+	var a *frame
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
 		a, err = c.lastWord(err)
+	case err == nil:
+		a, _, err = c.recv(0)
 	}
 	if err == nil {
 		err = expect(a, typeAck)
@@ -476,23 +489,75 @@ func (s *ConnSender) passBatch(batch []PassedConn) error {
 // the ack that came before, if one did. Without it, an ack sent just as we
 // gave up would leave the connections with both processes.
 //
-// The read has no deadline, and needs none: a unix stream's sendmsg checks
-// the receiving socket's RCV_SHUTDOWN and queues its data there under that
-// socket's lock, the one shutdown takes to set it (net/unix/af_unix.c), so
-// once shutdown returns our receive queue holds all of the ack there will
-// ever be, and the read returns it at once, or EOF. (A deadline could only
+// The read waits for nothing and no deadline applies to it (takeQueued): a
+// unix stream's sendmsg checks the receiving socket's RCV_SHUTDOWN and
+// queues its data there under that socket's lock, the one shutdown takes
+// to set it (net/unix/af_unix.c), so once shutdown returns our receive
+// queue holds all of the ack there will ever be. (A deadline could only
 // misjudge: with the old 10 ms one, a goroutine scheduled 10 ms late found
 // its deadline passed before it read, took the queued ack for none, and
-// kept connections the receiver had acked.)
+// kept connections the receiver had acked. The wait before, awaitData,
+// reads nothing, so a deadline that ends it leaves every byte here.)
 func (c *conn) lastWord(timeout error) (*frame, error) {
 	if err := c.c.CloseRead(); err != nil {
 		return nil, timeout
 	}
-	a, _, err := c.recvWithin(0, 0)
+	b, err := c.takeQueued(headerLen + maxAck)
+	if err != nil || len(b) < headerLen {
+		return nil, timeout
+	}
+	n, err := frameLen(b[:headerLen])
+	if err != nil || len(b) < headerLen+n {
+		return nil, timeout
+	}
+	a, err := decodeBody(b[headerLen : headerLen+n])
 	if err != nil {
 		return nil, timeout
 	}
 	return a, nil
+}
+
+// maxAck bounds what lastWord reads: an ack frame is far smaller.
+const maxAck = 4 << 10
+
+// takeQueued reads what c's receive queue holds, at most max bytes,
+// without waiting and whatever the deadlines say (rc.Control, not rc.Read:
+// Go fails a read whose deadline has passed before it tries).
+func (c *conn) takeQueued(max int) ([]byte, error) {
+	buf := make([]byte, max)
+	off := 0
+	var serr error
+	err := c.rc.Control(func(fd uintptr) {
+		for off < len(buf) {
+			n, _, _, _, err := unix.Recvmsg(int(fd), buf[off:], nil, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+			if err != nil || n <= 0 {
+				if err != unix.EAGAIN {
+					serr = err
+				}
+				return
+			}
+			off += n
+		}
+	})
+	if err == nil && serr != nil {
+		err = os.NewSyscallError("recvmsg", serr)
+	}
+	return buf[:off], err
+}
+
+// awaitData waits, within d (and the bound ctx), until c has bytes to read
+// or its peer hung up, and reads none: a deadline that passes here leaves
+// every byte of the ack to lastWord.
+func (c *conn) awaitData(d time.Duration) error {
+	if err := c.deadline(c.c.SetReadDeadline, d); err != nil {
+		return c.ctxErr(err)
+	}
+	var b [1]byte
+	err := c.rc.Read(func(fd uintptr) bool {
+		_, _, perr := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		return perr != unix.EAGAIN // the error, if any, is recv's to report
+	})
+	return c.ctxErr(wrapSyscall("recvmsg", err))
 }
 
 // Test hooks: testHookConnsSent runs after each conns batch is sent,

@@ -149,12 +149,13 @@
 // cannot be passed (their session keys live in crypto/tls).
 //
 // The ack decides who has a batch, and both sides read it the same way. A
-// sender that waited its Timeout for an ack shuts its side for reading, so
-// that the receiver's ack can no longer be sent (the receiver then closes
-// the batch), and reads the ack that came before, if any, without a
-// deadline: the kernel queues a unix stream's data and checks the shutdown
-// under one lock, so that read finds the ack or EOF at once, however late
-// the sender runs. A successor that begins to drain calls StopTakingConns
+// sender whose Timeout, or PassConns ctx, ended before an ack came shuts its
+// side for reading, so that the receiver's ack can no longer be sent (the
+// receiver then closes the batch), and takes the ack that came before, if
+// any, from its receive queue, without waiting and whatever the deadlines
+// say: the kernel queues a unix stream's data and checks the shutdown under
+// one lock, so the queue then holds all of the ack there will ever be,
+// however late the sender runs. A successor that begins to drain calls StopTakingConns
 // (zerodrop.Serve does), after which it acknowledges nothing: every batch
 // it acknowledged has gone to its handlers before its drain.Server stops
 // taking connections (ServeConn closes one given later).

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -207,6 +209,74 @@ func TestConnsOtherListener(t *testing.T) {
 		fmt.Fprintf(sc, "ours\n")
 		if err := readLines(client, "ours"); err != nil {
 			t.Errorf("the connection refused: %v", err)
+		}
+	})
+}
+
+// A receiver that answers the hello and then never acknowledges (a sibling
+// stopped after it answered) keeps PassConns no longer than its ctx: it
+// fails with ErrNotTaken wrapping ctx's error, the connection is still the
+// sender's, and the receiver's late ack cannot be sent (EPIPE), so nothing
+// is held by both. (PassConns waited its whole Timeout, past the drain's
+// budget.)
+func TestPassConnsCtx(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		sc := tcpPair(t, ln)
+		path := handoffPath(t)
+		ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ul.Close()
+		lateAck := make(chan error, 1)
+		go func() {
+			nc, err := ul.AcceptUnix()
+			if err != nil {
+				lateAck <- err
+				return
+			}
+			c, _ := newConn(nc, 20*time.Second)
+			defer c.Close()
+			c.recv(0)
+			c.send(&frame{Type: typeHello, Version: 2, Role: roleSibling, PID: 1, Takes: []string{"http"}}, nil)
+			_, fds, err := c.recv(BatchFDs)
+			closeFDs(fds)
+			if err != nil {
+				lateAck <- err
+				return
+			}
+			// Wedged until the sender gave up: its read side is shut.
+			for range 2000 {
+				if c.c.SetReadDeadline(time.Now().Add(10*time.Millisecond)) != nil {
+					break
+				}
+				if _, err := c.c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+					break
+				}
+			}
+			lateAck <- c.send(&frame{Type: typeAck, Received: 1}, nil)
+		}()
+		s, err := DialConns(context.Background(), path, ConnsConfig{Timeout: 60 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		n, err := s.PassConns(ctx, []PassedConn{{Listener: "http", Conn: sc}})
+		if n != 0 || !errors.Is(err, ErrNotTaken) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("PassConns to a receiver that never acks: %d, %v; want 0, ErrNotTaken and the ctx's deadline", n, err)
+		}
+		if err := <-lateAck; !errors.Is(err, syscall.EPIPE) {
+			t.Errorf("the receiver's late ack: %v, want EPIPE", err)
+		}
+		if _, err := sc.Write([]byte("x")); err != nil {
+			t.Errorf("the connection not passed: %v", err)
 		}
 	})
 }
