@@ -1,0 +1,2 @@
+// Package quic restarts QUIC and HTTP/3 servers without losing a connection.
+package quicdrain
