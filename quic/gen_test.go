@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -111,7 +112,7 @@ func naive(ctx context.Context, u *handoff.Upgrader, srv *http3.Server, hup chan
 		return err
 	}
 	key := quic.StatelessResetKey{1, 2, 3}
-	tr := &quic.Transport{Conn: pc, StatelessResetKey: &key}
+	tr := &quic.Transport{Conn: fixedBuffers{pc}, StatelessResetKey: &key}
 	ln, err := tr.Listen(srv.TLSConfig, srv.QUICConfig)
 	if err != nil {
 		return err
@@ -132,6 +133,11 @@ func naive(ctx context.Context, u *handoff.Upgrader, srv *http3.Server, hup chan
 	fmt.Printf("report %d naive\n", u.Generation())
 	return nil
 }
+
+// fixedBuffers keeps quic-go from resizing the socket's buffers (it does
+// through SyscallConn, with SO_RCVBUFFORCE as root): the handoff would
+// refuse a socket whose options changed since it was declared.
+type fixedBuffers struct{ net.PacketConn }
 
 // waitSuccessor starts a successor at each SIGHUP and returns once one is
 // ready.
