@@ -57,7 +57,7 @@ func (g *Gen) applyHandover(m []byte) error {
 		if gen >= g.gen {
 			return errBadHandover
 		}
-		ents = append(ents, ent{k, tableEntry{gen: gen, seen: now.Add(-age)}})
+		ents = append(ents, ent{k, tableEntry{gen: gen, seen: now.Add(-age), initials: 1}})
 		rest = rest[13+n:]
 	}
 	g.codec.Store(codec)
