@@ -139,7 +139,7 @@ type pair struct {
 	addr     *net.UDPAddr
 }
 
-func newPair(t *testing.T, cfg Config) *pair {
+func newPair(t testing.TB, cfg Config) *pair {
 	t.Helper()
 	cfg.Dir = t.TempDir()
 	u1, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -171,7 +171,7 @@ func newPair(t *testing.T, cfg Config) *pair {
 }
 
 // switchOver hands the socket from old to new.
-func (p *pair) switchOver(t *testing.T) {
+func (p *pair) switchOver(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
 	if err := p.old.Handover(ctx); err != nil {
