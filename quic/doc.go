@@ -57,25 +57,28 @@
 //
 // # HTTP/3
 //
-// Shutdown, for a generation serving an http3.Server, hands over, waits
-// until no Initial or Handshake datagram came for HandshakeQuiet (the
-// handshakes the successor forwarded are done), then calls the server's
+// HTTP3.Shutdown, for a generation serving an http3.Server (ServeHTTP3),
+// hands over, waits until no handshake is under way (quic-go's ConnContext
+// counts each connection it creates until it is accepted or ends) and no
+// Initial or Handshake datagram came for HandshakeQuiet, then calls the server's
 // Shutdown: quic-go sends each connection a GOAWAY, answers the requests
 // already sent, rejects later ones with H3_REQUEST_REJECTED (quic-go's client
 // retries those on a new connection, which the successor serves), and
 // returns once every client has closed its connection, or when ctx ends (the
 // grace), after which the connections left are closed. Then it closes the
-// generation: forwarding to it stops (later datagrams count in DropGone).
+// generation: forwarding to it stops (later datagrams count in DropGone). A
+// connection whose handshake ends after the GOAWAY began is served by a
+// second http3.Server, told to go away once the first is done.
 //
 //	u, _ := handoff.New(ctx, handoff.Config{Path: sock})
 //	g, _ := quicdrain.Listen(ctx, u, "h3", "udp", ":443", quicdrain.Config{Dir: dir})
-//	ln, _ := g.Transport().Listen(http3.ConfigureTLSConfig(tlsConf), quicConf)
+//	srv := &http3.Server{Handler: h, TLSConfig: http3.ConfigureTLSConfig(tlsConf)}
+//	h3, _ := quicdrain.ServeHTTP3(g, srv)
 //	u.Ready()
 //	g.Start(ctx)
-//	go srv.ServeListener(ln)
 //	<-u.Exit()
 //	gctx, cancel := context.WithTimeout(ctx, grace)
-//	rep := quicdrain.Shutdown(gctx, g, srv)
+//	rep := h3.Shutdown(gctx)
 //
 // # Limits
 //

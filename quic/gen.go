@@ -97,6 +97,7 @@ type Gen struct {
 	closed    bool
 
 	lastLong atomic.Int64 // unix nanos of the last long-header datagram routed to us
+	pending  atomic.Int64 // handshakes under way (pending.go)
 	stats    counters
 }
 
@@ -154,7 +155,7 @@ func New(udp *net.UDPConn, gen uint64, cfg Config) (*Gen, error) {
 		return nil, err
 	}
 	g.own = newPacketConn(udp, cfg.Queue)
-	g.tr = &quic.Transport{Conn: g.own, ConnectionIDGenerator: generator{g}}
+	g.tr = &quic.Transport{Conn: g.own, ConnectionIDGenerator: generator{g}, ConnContext: g.connContext}
 	go g.readFwd()
 	return g, nil
 }
@@ -252,18 +253,19 @@ func (g *Gen) Handover(ctx context.Context) error {
 	return nil
 }
 
-// WaitHandshakes waits until no Initial or Handshake datagram has reached
-// this generation for quiet (the handshakes the successor forwarded to
-// us are done), or ctx ends. Call it after Handover, before the HTTP/3
-// GOAWAY: a connection whose handshake ends after the GOAWAY would not be
-// served.
+// WaitHandshakes waits until no handshake is under way (a connection
+// quic-go created that was not accepted: ServeHTTP3 tells; with a
+// listener of your own, call Accepted for each connection it accepts) and no Initial or Handshake datagram reached this
+// generation for quiet, or ctx ends. Call it after Handover, before the
+// HTTP/3 GOAWAY.
 func (g *Gen) WaitHandshakes(ctx context.Context, quiet time.Duration) error {
 	for {
 		last := time.Unix(0, g.lastLong.Load())
 		wait := quiet - time.Since(last)
-		if wait <= 0 {
+		if wait <= 0 && g.pending.Load() == 0 {
 			return nil
 		}
+		wait = max(wait, 5*time.Millisecond)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -82,7 +82,7 @@ func h3gen() error {
 	if err != nil {
 		return err
 	}
-	ln, err := g.Transport().Listen(srv.TLSConfig, srv.QUICConfig)
+	h3, err := quicdrain.ServeHTTP3(g, srv)
 	if err != nil {
 		return err
 	}
@@ -92,14 +92,13 @@ func h3gen() error {
 	if err := g.Start(ctx); err != nil {
 		return err
 	}
-	go srv.ServeListener(ln)
 	fmt.Printf("ready %d %d\n", gen, os.Getpid())
 	if err := waitSuccessor(u, hup); err != nil {
 		return err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rep := quicdrain.Shutdown(sctx, g, srv)
+	rep := h3.Shutdown(sctx)
 	fmt.Printf("report %d %s\n", gen, reportJSON(rep))
 	return nil
 }

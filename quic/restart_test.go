@@ -32,8 +32,8 @@ func reportJSON(r quicdrain.Report) string {
 	if r.HandoverError != nil {
 		herr = strings.ReplaceAll(r.HandoverError.Error(), " ", "_")
 	}
-	return fmt.Sprintf("read=%d own=%d received=%d forwarded=%d straddled=%d multi=%d dropped=%d handedover=%d forced=%t took=%s handover=%s drops=%d/%d/%d/%d/%d/%d bad=%d",
-		s.Read, s.Own, s.Received, s.Forwarded, s.Straddled, s.MultiInitial, s.Dropped(), s.HandedOver, r.Forced, r.Took.Round(time.Millisecond), herr,
+	return fmt.Sprintf("read=%d own=%d received=%d forwarded=%d straddled=%d multi=%d dropped=%d handedover=%d handshakes=%d forced=%t took=%s handover=%s drops=%d/%d/%d/%d/%d/%d bad=%d",
+		s.Read, s.Own, s.Received, s.Forwarded, s.Straddled, s.MultiInitial, s.Dropped(), s.HandedOver, r.Handshakes, r.Forced, r.Took.Round(time.Millisecond), herr,
 		s.Malformed, s.Unknown, s.DropQueue, s.DropFull, s.DropGone, s.DropOther, s.BadForward)
 }
 
