@@ -30,10 +30,13 @@ type HTTP3 struct {
 
 // connServer serves one connection.
 type connServer struct {
-	h    *HTTP3
-	srv  *http3.Server
-	once sync.Once
-	done chan struct{} // closed once its Shutdown returned
+	h      *HTTP3
+	srv    *http3.Server
+	once   sync.Once
+	done   chan struct{} // closed once its Shutdown returned
+	active atomic.Int64  // requests in flight
+	served atomic.Int64  // requests answered
+	last   atomic.Int64  // unix nanos: accepted, or the last request ended
 }
 
 // ServeHTTP3 listens on g's Transport with srv's TLSConfig (it must have
@@ -59,6 +62,7 @@ func (h *HTTP3) accept() {
 		}
 		accepted(conn)
 		cs := &connServer{h: h, done: make(chan struct{})}
+		cs.last.Store(time.Now().UnixNano())
 		cs.srv = &http3.Server{TLSConfig: h.srv.TLSConfig, QUICConfig: h.srv.QUICConfig,
 			EnableDatagrams: h.srv.EnableDatagrams, MaxHeaderBytes: h.srv.MaxHeaderBytes, IdleTimeout: h.srv.IdleTimeout,
 			ConnContext: h.srv.ConnContext, Logger: h.srv.Logger, Handler: http.HandlerFunc(cs.serveHTTP)}
@@ -82,10 +86,28 @@ func (h *HTTP3) accept() {
 // request in flight, and a request it opens at that moment fails
 // (H3_NO_ERROR, local) instead of being retried.
 func (cs *connServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	cs.active.Add(1)
+	defer func() {
+		cs.served.Add(1)
+		cs.last.Store(time.Now().UnixNano())
+		cs.active.Add(-1)
+	}()
 	if cs.h.draining.Load() {
 		cs.goAway()
 	}
 	cs.h.srv.Handler.ServeHTTP(w, r)
+}
+
+// idle says whether the connection may be told to go away without a
+// request in flight: none is, and none came for HandshakeQuiet (for a
+// connection that has served none yet, NewConnQuiet: its client is most
+// likely about to send its first).
+func (cs *connServer) idle(now time.Time) bool {
+	wait := HandshakeQuiet
+	if cs.served.Load() == 0 {
+		wait = NewConnQuiet
+	}
+	return cs.active.Load() == 0 && now.Sub(time.Unix(0, cs.last.Load())) >= wait
 }
 
 // goAway starts the connection's graceful shutdown (its GOAWAY) once.
@@ -128,15 +150,19 @@ type Report struct {
 // without a request before it is told to go away while idle.
 const HandshakeQuiet = 200 * time.Millisecond
 
+// NewConnQuiet is how long a connection that has carried no request yet
+// may go without one before it is told to go away while idle.
+const NewConnQuiet = 2 * time.Second
+
 // Shutdown stops serving once the successor is ready (handoff's Exit):
 // g.Handover (the successor reads the socket from now on and forwards us
 // the datagrams of our connections); WaitHandshakes (the handshakes under
 // way end); then each connection gets an HTTP/3 GOAWAY (http3.Server's
 // Shutdown) with its next request, in flight (requests already sent are
 // answered, later ones rejected with H3_REQUEST_REJECTED, which clients
-// retry on a new connection, served by the successor), or after
-// HandshakeQuiet without one; its client then closes it once its streams
-// are done. All bounded by ctx: when it ends, the connections left are
+// retry on a new connection, served by the successor), or when idle for
+// HandshakeQuiet (NewConnQuiet if it carried no request yet); its client
+// then closes it once its streams are done. All bounded by ctx: when it ends, the connections left are
 // closed (Forced). Then it closes g, which stops the forwarding to it.
 func (h *HTTP3) Shutdown(ctx context.Context) Report {
 	start := time.Now()
@@ -148,40 +174,32 @@ func (h *HTTP3) Shutdown(ctx context.Context) Report {
 	h.drainCtx = ctx
 	h.mu.Unlock()
 	h.draining.Store(true)
-	t := time.NewTimer(HandshakeQuiet)
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		t.Stop()
-	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for {
-		// connections without a request since, and those accepted since
 		h.mu.Lock()
+		n := len(h.conns)
 		var left []*connServer
 		for cs := range h.conns {
-			select {
-			case <-cs.done: // its goroutine is about to forget it
-			default:
-				left = append(left, cs)
-			}
+			left = append(left, cs)
 		}
-		n := len(h.conns)
 		h.mu.Unlock()
-		if len(left) == 0 {
-			if n == 0 {
-				break
-			}
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		for _, cs := range left {
-			cs.goAway()
-		}
-		for _, cs := range left {
-			<-cs.done
-		}
-		if ctx.Err() != nil {
+		if n == 0 {
 			break
+		}
+		now := time.Now()
+		for _, cs := range left {
+			if ctx.Err() != nil || cs.idle(now) {
+				cs.goAway()
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			for _, cs := range left {
+				cs.goAway()
+				<-cs.done
+			}
 		}
 	}
 	h.ln.Close()
