@@ -58,7 +58,8 @@
 // # HTTP/3
 //
 // HTTP3.Shutdown, for a generation serving an http3.Server (ServeHTTP3),
-// hands over, waits until no handshake is under way (quic-go's ConnContext
+// hands over (without a successor, at SIGTERM, it goes on reading the
+// socket: Handover returns ErrNoSuccessor), waits until no handshake is under way (quic-go's ConnContext
 // counts each connection it creates until it is accepted or ends) and no
 // Initial or Handshake datagram came for HandshakeQuiet, then calls the server's
 // Shutdown: quic-go sends each connection a GOAWAY, answers the requests
@@ -66,9 +67,12 @@
 // retries those on a new connection, which the successor serves), and
 // returns once every client has closed its connection, or when ctx ends (the
 // grace), after which the connections left are closed. Then it closes the
-// generation: forwarding to it stops (later datagrams count in DropGone). A
-// connection whose handshake ends after the GOAWAY began is served by a
-// second http3.Server, told to go away once the first is done.
+// generation: forwarding to it stops (later datagrams count in DropGone).
+// Each connection is served by an http3.Server of its own and gets its
+// GOAWAY with a request in flight, or once idle (HandshakeQuiet, or
+// NewConnQuiet for a connection that carried no request yet): quic-go's
+// client (v0.59.1) closes a connection whose GOAWAY finds no request, and a
+// request it opens at that moment fails instead of being retried.
 //
 //	u, _ := handoff.New(ctx, handoff.Config{Path: sock})
 //	g, _ := quicdrain.Listen(ctx, u, "h3", "udp", ":443", quicdrain.Config{Dir: dir})

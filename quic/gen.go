@@ -71,6 +71,10 @@ func (c *Config) defaults() {
 	}
 }
 
+// ErrNoSuccessor is returned by Handover when the successor has no
+// forwarding socket: this generation then keeps reading the socket.
+var ErrNoSuccessor = errors.New("no successor")
+
 // ErrNoDir is returned by New when Config.Dir is empty.
 var ErrNoDir = errors.New("quicdrain: Config.Dir is required")
 
@@ -229,8 +233,15 @@ func (g *Gen) awaitHandover(ctx context.Context) {
 // Handover stops this generation reading the UDP socket and sends the
 // successor (generation+1) the lineage key and the table of handshakes
 // under way; from then on the successor reads, and forwards what is ours.
-// Call it once the successor is ready (handoff's Exit).
+// Call it once the successor is ready (handoff's Exit). Without a successor
+// (its forwarding socket does not exist) it returns an error matching
+// ErrNoSuccessor and this generation goes on reading: a stop without
+// successor (HTTP3.Shutdown at SIGTERM) still hears its clients.
 func (g *Gen) Handover(ctx context.Context) error {
+	if _, err := os.Stat(g.path(g.gen + 1)); err != nil {
+		// nobody to read after us: keep reading (a stop without successor)
+		return fmt.Errorf("quicdrain: handover to generation %d: %w (%w)", g.gen+1, ErrNoSuccessor, err)
+	}
 	g.mu.Lock()
 	if g.handedOff || g.closed {
 		g.mu.Unlock()
