@@ -117,6 +117,9 @@ func (d *dest) send(m []byte) bool {
 // close stops the writer: what is queued is still written, unless the
 // receiver does not read (the socket is closed after 1 s).
 func (d *dest) close() {
+	if d.q == nil { // a generation found gone
+		return
+	}
 	close(d.q)
 	d.c.SetWriteDeadline(time.Now().Add(time.Second))
 	<-d.done

@@ -90,8 +90,9 @@ func (g *Gen) forward(to uint64, src netip.AddrPort, b []byte) {
 	if d == nil {
 		var err error
 		if d, err = dialDest(g.path(to), to, g.cfg.Queue, &g.stats.dropGone); err != nil {
-			g.stats.dropGone.Add(1)
-			return
+			// gone (or never there): remember it, no dial per datagram
+			d = &dest{gen: to}
+			d.gone.Store(true)
 		}
 		g.dests[to] = d
 	}
@@ -134,6 +135,7 @@ func (g *Gen) readFwd() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			time.Sleep(time.Millisecond)
 			continue
 		}
 		if n == 0 {

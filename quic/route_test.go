@@ -347,3 +347,33 @@ func fdCount() int {
 	ents, _ := os.ReadDir("/proc/self/fd")
 	return len(ents)
 }
+
+// TestOldGenerationCrashed: the old generation dies without closing (its
+// forwarding socket's file stays, nobody reads it): the new generation drops
+// its datagrams, counts them in DropGone, and answers none of them.
+func TestOldGenerationCrashed(t *testing.T) {
+	p := newPair(t, Config{})
+	p.switchOver(t)
+	id, _ := p.old.codec.Load().GenerateConnectionID()
+	p.old.fwd.c.Close() // as a crash: the file stays
+	if _, err := os.Stat(p.old.path(7)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialUDP("udp", nil, p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := append([]byte{0x40}, append(id.Bytes(), make([]byte, 100)...)...)
+	for range 50 {
+		c.Write(msg)
+	}
+	st := waitStats(t, p.new, "50 reads", func(s Stats) bool { return s.Read == 50 })
+	if st.DropGone != 50 || st.Forwarded != 0 || st.Own != 0 {
+		t.Errorf("new generation: %+v; want 50 dropped as gone", st)
+	}
+	c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, err := c.Read(make([]byte, 1500)); err == nil {
+		t.Errorf("got a %d-byte answer (a stateless reset?)", n)
+	}
+}
