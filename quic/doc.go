@@ -69,8 +69,9 @@
 // grace), after which the connections left are closed. Then it closes the
 // generation: forwarding to it stops (later datagrams count in DropGone).
 // Each connection is served by an http3.Server of its own and gets its
-// GOAWAY with a request in flight, or once idle (HandshakeQuiet, or
-// NewConnQuiet for a connection that carried no request yet): quic-go's
+// GOAWAY with a request in flight (held GoAwayLead, so that the GOAWAY
+// arrives first), or once idle (IdleQuiet, or NewConnQuiet for a
+// connection that carried no request yet): quic-go's
 // client (v0.59.1) closes a connection whose GOAWAY finds no request, and a
 // request it opens at that moment fails instead of being retried.
 //

@@ -92,27 +92,37 @@ func (cs *connServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		cs.last.Store(time.Now().UnixNano())
 		cs.active.Add(-1)
 	}()
-	if cs.h.draining.Load() {
-		cs.goAway()
+	if cs.h.draining.Load() && cs.goAway() {
+		// let the GOAWAY go out before this response ends: a client that
+		// reads it after the response may open its next request in the
+		// window above
+		time.Sleep(GoAwayLead)
 	}
 	cs.h.srv.Handler.ServeHTTP(w, r)
 }
 
+// GoAwayLead is how long the request that carries a connection's GOAWAY
+// waits before it is served, so that the client reads the GOAWAY while
+// that request is in flight.
+const GoAwayLead = 20 * time.Millisecond
+
 // idle says whether the connection may be told to go away without a
-// request in flight: none is, and none came for HandshakeQuiet (for a
+// request in flight: none is, and none came for IdleQuiet (for a
 // connection that has served none yet, NewConnQuiet: its client is most
 // likely about to send its first).
 func (cs *connServer) idle(now time.Time) bool {
-	wait := HandshakeQuiet
+	wait := IdleQuiet
 	if cs.served.Load() == 0 {
 		wait = NewConnQuiet
 	}
 	return cs.active.Load() == 0 && now.Sub(time.Unix(0, cs.last.Load())) >= wait
 }
 
-// goAway starts the connection's graceful shutdown (its GOAWAY) once.
-func (cs *connServer) goAway() {
+// goAway starts the connection's graceful shutdown (its GOAWAY) once; true
+// the first time.
+func (cs *connServer) goAway() (first bool) {
 	cs.once.Do(func() {
+		first = true
 		cs.h.told.Add(1)
 		cs.h.mu.Lock()
 		ctx := cs.h.drainCtx
@@ -126,6 +136,7 @@ func (cs *connServer) goAway() {
 			cs.h.finished.Add(1)
 		}()
 	})
+	return first
 }
 
 // Report is what Shutdown did.
@@ -146,9 +157,12 @@ type Report struct {
 }
 
 // HandshakeQuiet is how long Shutdown waits without an Initial or
-// Handshake datagram before the GOAWAYs, and how long a connection may go
-// without a request before it is told to go away while idle.
+// Handshake datagram before the GOAWAYs.
 const HandshakeQuiet = 200 * time.Millisecond
+
+// IdleQuiet is how long a connection may go without a request before it is
+// told to go away while idle.
+const IdleQuiet = 500 * time.Millisecond
 
 // NewConnQuiet is how long a connection that has carried no request yet
 // may go without one before it is told to go away while idle.
@@ -160,8 +174,9 @@ const NewConnQuiet = 2 * time.Second
 // way end); then each connection gets an HTTP/3 GOAWAY (http3.Server's
 // Shutdown) with its next request, in flight (requests already sent are
 // answered, later ones rejected with H3_REQUEST_REJECTED, which clients
-// retry on a new connection, served by the successor), or when idle for
-// HandshakeQuiet (NewConnQuiet if it carried no request yet); its client
+// retry on a new connection, served by the successor; that request waits
+// GoAwayLead), or when idle for IdleQuiet (NewConnQuiet if it carried no
+// request yet); its client
 // then closes it once its streams are done. All bounded by ctx: when it ends, the connections left are
 // closed (Forced). Then it closes g, which stops the forwarding to it.
 func (h *HTTP3) Shutdown(ctx context.Context) Report {
