@@ -18,9 +18,12 @@ require (
 )
 
 require (
+	github.com/quic-go/qpack v0.6.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
 	golang.org/x/crypto v0.41.0 // indirect
 	golang.org/x/net v0.43.0 // indirect
+	golang.org/x/text v0.28.0 // indirect
 )
 
 // Built against this tree, not a release.
