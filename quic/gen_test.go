@@ -1,0 +1,157 @@
+package quicdrain_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"github.com/zerodrop/zerodrop/handoff"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+	quicdrain "github.com/zerodrop/zerodrop/quic"
+	"testing"
+)
+
+func TestMain(m *testing.M) {
+	netnstest.RegisterHelper("h3gen", h3genMain)
+	netnstest.HelperMain()
+	os.Exit(m.Run())
+}
+
+// Environment of the "h3gen" helper.
+const (
+	envHandoff = "ZD_HANDOFF" // handoff socket
+	envAddr    = "ZD_ADDR"    // UDP address
+	envDir     = "ZD_DIR"     // forwarding sockets
+	envCert    = "ZD_CERT"    // PEM files
+	envKey     = "ZD_KEY"
+	// ZD_MODE: "zerodrop" (default) or "naive": the successor runs quic-go
+	// on the inherited socket, as users do today (with a fixed stateless
+	// reset key, as quic-go recommends).
+	envMode = "ZD_MODE"
+)
+
+// h3genMain is one generation of an HTTP/3 server: it answers each POST
+// with "gen <generation> <body length>". On SIGHUP it starts its successor
+// (the same command); once that one is ready it stops. It prints "ready
+// <generation> <pid>" and, at the end, "report <generation> <json of
+// quicdrain.Report>" (zerodrop) or "report <generation> naive".
+func h3genMain() {
+	if err := h3gen(); err != nil {
+		fmt.Printf("error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+		os.Exit(1)
+	}
+}
+
+func h3gen() error {
+	ctx := context.Background()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	cert, err := tls.LoadX509KeyPair(os.Getenv(envCert), os.Getenv(envKey))
+	if err != nil {
+		return err
+	}
+	u, err := handoff.New(ctx, handoff.Config{Path: os.Getenv(envHandoff)})
+	if err != nil {
+		return err
+	}
+	defer u.Close()
+	gen := u.Generation()
+	srv := &http3.Server{
+		TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
+		QUICConfig: &quic.Config{MaxIdleTimeout: 10 * time.Second},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, "gen %d %d", gen, n)
+		}),
+	}
+	if os.Getenv(envMode) == "naive" {
+		return naive(ctx, u, srv, hup)
+	}
+	g, err := quicdrain.Listen(ctx, u, "h3", "udp", os.Getenv(envAddr), quicdrain.Config{Dir: os.Getenv(envDir)})
+	if err != nil {
+		return err
+	}
+	h3, err := quicdrain.ServeHTTP3(g, srv)
+	if err != nil {
+		return err
+	}
+	if err := u.Ready(); err != nil {
+		return err
+	}
+	if err := g.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("ready %d %d\n", gen, os.Getpid())
+	if err := waitSuccessor(u, hup); err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rep := h3.Shutdown(sctx)
+	fmt.Printf("report %d %s\n", gen, reportJSON(rep))
+	return nil
+}
+
+// naive is what users do today: quic-go's http3 server on the inherited
+// socket; the predecessor shuts down gracefully once the successor is ready.
+func naive(ctx context.Context, u *handoff.Upgrader, srv *http3.Server, hup chan os.Signal) error {
+	pc, err := u.ListenPacket(ctx, "h3", "udp", os.Getenv(envAddr))
+	if err != nil {
+		return err
+	}
+	key := quic.StatelessResetKey{1, 2, 3}
+	tr := &quic.Transport{Conn: fixedBuffers{pc}, StatelessResetKey: &key}
+	ln, err := tr.Listen(srv.TLSConfig, srv.QUICConfig)
+	if err != nil {
+		return err
+	}
+	if err := u.Ready(); err != nil {
+		return err
+	}
+	go srv.ServeListener(ln)
+	fmt.Printf("ready %d %d\n", u.Generation(), os.Getpid())
+	if err := waitSuccessor(u, hup); err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	tr.Close()
+	pc.Close()
+	fmt.Printf("report %d naive\n", u.Generation())
+	return nil
+}
+
+// fixedBuffers keeps quic-go from resizing the socket's buffers (it does
+// through SyscallConn, with SO_RCVBUFFORCE as root): the handoff would
+// refuse a socket whose options changed since it was declared.
+type fixedBuffers struct{ net.PacketConn }
+
+// waitSuccessor starts a successor at each SIGHUP and returns once one is
+// ready.
+func waitSuccessor(u *handoff.Upgrader, hup chan os.Signal) error {
+	for {
+		select {
+		case <-hup:
+			cmd := exec.Command(os.Args[0], os.Args[1:]...)
+			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+			if err := cmd.Start(); err != nil {
+				return err
+			}
+			cmd.Process.Release()
+		case <-u.Exit():
+			return nil
+		}
+	}
+}

@@ -1,0 +1,30 @@
+module github.com/zerodrop/zerodrop/quic
+
+go 1.25.0
+
+// As in go.work: 1.25's containermaxprocs and updatemaxprocs keep cgroup
+// files open from process start, which the handoff tests' helpers must not
+// inherit.
+godebug (
+	containermaxprocs=0
+	updatemaxprocs=0
+)
+
+require (
+	github.com/quic-go/quic-go v0.59.1
+	github.com/zerodrop/zerodrop v0.0.0
+	go.uber.org/zap v1.28.0
+	golang.org/x/sys v0.40.0
+)
+
+require (
+	github.com/quic-go/qpack v0.6.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	go.uber.org/multierr v1.10.0 // indirect
+	golang.org/x/crypto v0.41.0 // indirect
+	golang.org/x/net v0.43.0 // indirect
+	golang.org/x/text v0.28.0 // indirect
+)
+
+// Built against this tree, not a release.
+replace github.com/zerodrop/zerodrop => ..

@@ -1,0 +1,298 @@
+package quicdrain_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+	quicdrain "github.com/zerodrop/zerodrop/quic"
+)
+
+// envRounds raises the restarts of TestRestartUnderLoad (default 20).
+const envRounds = "ZERODROP_QUIC_ROUNDS"
+
+func reportJSON(r quicdrain.Report) string {
+	s := r.Stats
+	herr := "ok"
+	if r.HandoverError != nil {
+		herr = strings.ReplaceAll(r.HandoverError.Error(), " ", "_")
+	}
+	return fmt.Sprintf("read=%d own=%d received=%d forwarded=%d straddled=%d multi=%d dropped=%d handedover=%d handshakes=%d told=%d finished=%d forced=%d took=%s handover=%s drops=%d/%d/%d/%d/%d/%d bad=%d",
+		s.Read, s.Own, s.Received, s.Forwarded, s.Straddled, s.MultiInitial, s.Dropped(), s.HandedOver, r.Handshakes, r.Told, r.Finished, r.Forced, r.Took.Round(time.Millisecond), herr,
+		s.Malformed, s.Unknown, s.DropQueue, s.DropFull, s.DropGone, s.DropOther, s.BadForward)
+}
+
+// reportValue reads key=value from a report line.
+func reportValue(t *testing.T, line, key string) int64 {
+	t.Helper()
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("report %q: %s: %v", line, key, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("report %q: no %s", line, key)
+	return 0
+}
+
+// h3load is the HTTP/3 load: persistent clients (one connection each,
+// quic-go's http3.Transport) that POST back to back, and fresh clients
+// that open a new connection for each POST.
+type h3load struct {
+	url   string
+	tls   *tls.Config
+	stopc chan struct{}
+	wg    sync.WaitGroup
+
+	mu                       sync.Mutex
+	ok, failed               int
+	resets, handshake, other int
+	byGen                    map[int]int
+	firstErr                 error
+}
+
+func startH3Load(t *testing.T, url string, tlsConf *tls.Config, persistent, fresh int) *h3load {
+	l := &h3load{url: url, tls: tlsConf, stopc: make(chan struct{}), byGen: map[int]int{}}
+	for range persistent {
+		l.wg.Add(1)
+		go l.client(false)
+	}
+	for range fresh {
+		l.wg.Add(1)
+		go l.client(true)
+	}
+	t.Cleanup(func() { l.stop() })
+	return l
+}
+
+func (l *h3load) transport() *http3.Transport {
+	return &http3.Transport{TLSClientConfig: l.tls, QUICConfig: &quic.Config{MaxIdleTimeout: 10 * time.Second}}
+}
+
+func (l *h3load) client(fresh bool) {
+	defer l.wg.Done()
+	tr := l.transport()
+	defer func() { tr.Close() }()
+	body := bytes.Repeat([]byte("x"), 1000)
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case <-l.stopc:
+			return
+		default:
+		}
+		gen, err := post(tr, l.url, body)
+		l.count(gen, err)
+		if fresh {
+			tr.Close()
+			tr = l.transport()
+		}
+	}
+}
+
+func post(tr *http3.Transport, url string, body []byte) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if resp.StatusCode != 200 || len(f) != 3 || f[2] != strconv.Itoa(len(body)) {
+		return 0, fmt.Errorf("status %d, body %q", resp.StatusCode, b)
+	}
+	return strconv.Atoi(f[1])
+}
+
+func (l *h3load) count(gen int, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil {
+		l.ok++
+		l.byGen[gen]++
+		return
+	}
+	l.failed++
+	if l.firstErr == nil {
+		l.firstErr = err
+	}
+	var reset *quic.StatelessResetError
+	var hto *quic.HandshakeTimeoutError
+	switch {
+	case errors.As(err, &reset):
+		l.resets++
+	case errors.As(err, &hto), strings.Contains(err.Error(), "handshake"):
+		l.handshake++
+	default:
+		l.other++
+	}
+}
+
+// waitGen waits up to 60 s until generation gen answered n requests.
+func (l *h3load) waitGen(t *testing.T, gen, n int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		l.mu.Lock()
+		got := l.byGen[gen]
+		l.mu.Unlock()
+		if got >= n {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("generation %d did not answer %d requests within 60 s", gen, n)
+}
+
+func (l *h3load) stop() {
+	select {
+	case <-l.stopc:
+	default:
+		close(l.stopc)
+	}
+	l.wg.Wait()
+}
+
+func (l *h3load) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("%d requests answered, %d failed (%d stateless resets, %d handshake failures, %d other; first: %v)",
+		l.ok, l.failed, l.resets, l.handshake, l.other, l.firstErr)
+}
+
+// restarts runs the h3gen helper in mode through n restarts under the
+// load, and returns the load and the report lines.
+func restarts(t *testing.T, mode string, n, persistent, fresh int) (*h3load, []string) {
+	bin := netnstest.ExecutableCopy(t)
+	dir := t.TempDir()
+	cert, err := netnstest.WriteCert(dir, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := filepath.Join(dir, "fwd")
+	if err := os.Mkdir(fwd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:4433"
+	env := []string{"ZERODROP_TEST_HELPER=h3gen", envHandoff + "=" + filepath.Join(dir, "handoff.sock"), envAddr + "=" + addr,
+		envDir + "=" + fwd, envCert + "=" + cert.CertFile, envKey + "=" + cert.KeyFile, envMode + "=" + mode,
+		"QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=1"}
+	s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
+	pid := field(t, s.Expect(t, "ready 1 "), 2)
+	l := startH3Load(t, "https://"+addr+"/", cert.Client(http3.NextProtoH3), persistent, fresh)
+	l.waitGen(t, 1, 20)
+	var reports []string
+	for gen := 1; gen <= n; gen++ {
+		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		next := field(t, s.Expect(t, fmt.Sprintf("ready %d ", gen+1)), 2)
+		reports = append(reports, s.Expect(t, fmt.Sprintf("report %d ", gen)))
+		if ws := s.Reap(t, pid, 30*time.Second); ws.ExitStatus() != 0 {
+			t.Errorf("generation %d exited with %v", gen, ws)
+		}
+		pid = next
+		l.waitGen(t, gen+1, 20)
+	}
+	l.stop()
+	return l, reports
+}
+
+func field(t *testing.T, line string, i int) int {
+	t.Helper()
+	f := strings.Fields(line)
+	if len(f) <= i {
+		t.Fatalf("line %q: no field %d", line, i)
+	}
+	v, err := strconv.Atoi(f[i])
+	if err != nil {
+		t.Fatalf("line %q: %v", line, err)
+	}
+	return v
+}
+
+func rounds(t *testing.T) int {
+	v := os.Getenv(envRounds)
+	if v == "" {
+		return 20
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		t.Fatalf("%s=%q: want 1 to 1000", envRounds, v)
+	}
+	return n
+}
+
+// TestRestartUnderLoad restarts an HTTP/3 server 20 times (or
+// ZERODROP_QUIC_ROUNDS) while 16 clients POST back to back on one
+// connection each and 4 open a new connection for each POST: not one
+// request may fail (no stateless reset, no handshake failure), every
+// generation must hand over, and some ClientHellos must have taken two
+// Initial datagrams (Go's default X25519MLKEM768 key share).
+func TestRestartUnderLoad(t *testing.T) {
+	n := rounds(t)
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		start := time.Now()
+		l, reports := restarts(t, "zerodrop", n, 16, 4)
+		t.Logf("%d restarts in %v: %s", n, time.Since(start).Round(time.Millisecond), l)
+		var multi, straddled, forwarded int64
+		for _, r := range reports {
+			t.Log(r)
+			multi += reportValue(t, r, "multi")
+			straddled += reportValue(t, r, "straddled")
+			forwarded += reportValue(t, r, "forwarded")
+			if !strings.Contains(r, "handover=ok") || !strings.Contains(r, "forced=0") {
+				t.Errorf("report %q: want handover=ok, forced=0", r)
+			}
+		}
+		t.Logf("connections whose Initials took more than one datagram: %d; Initials forwarded by the table: %d; datagrams forwarded: %d", multi, straddled, forwarded)
+		if l.failed != 0 {
+			t.Errorf("%s", l)
+		}
+		if multi == 0 {
+			t.Errorf("no connection sent its ClientHello in more than one Initial datagram")
+		}
+	})
+}
+
+// TestNaiveRestartLoses is the control: the successor runs quic-go on the
+// inherited socket (what users do today, with the fixed stateless reset key
+// quic-go recommends), and the predecessor shuts its HTTP/3 server down
+// gracefully. Requests must fail and clients must see stateless resets, or
+// the test could not see the loss TestRestartUnderLoad exists for.
+func TestNaiveRestartLoses(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		l, _ := restarts(t, "naive", 3, 16, 4)
+		t.Logf("naive, 3 restarts: %s", l)
+		if l.failed == 0 || l.resets == 0 {
+			t.Errorf("the naive restart lost nothing, or saw no stateless reset: %s", l)
+		}
+	})
+}
