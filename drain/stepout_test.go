@@ -2,7 +2,6 @@ package drain_test
 
 import (
 	"context"
-
 	"fmt"
 	"io"
 	"net"
@@ -23,19 +22,17 @@ const (
 )
 
 // cpusForStepOut returns the online CPUs; stepping out needs two or more
-// (a member of one CPU beside one of another) and Linux 6.1.
+// (a member of one CPU beside one of another) and Linux 6.1. They skip
+// without (a failure under ZERODROP_REQUIRE_PRIVILEGED=1), and fail when the
+// kernel's support cannot be told.
 func cpusForStepOut(t *testing.T) []int {
 	t.Helper()
 	cpus, err := reuseport.OnlineCPUs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cpus) < 2 {
-		t.Skipf("one online CPU (%v)", cpus)
-	}
-	if err := reuseport.CPUPreference(); err != nil {
-		t.Skipf("kernel: %v", err)
-	}
+	netnstest.SkipUnless(t, len(cpus) >= 2, fmt.Sprintf("one online CPU (%v): no other member's CPU to step out to", cpus))
+	netnstest.RequireSupport(t, reuseport.CPUPreference(), reuseport.ErrNoCPUPreference)
 	return cpus
 }
 
