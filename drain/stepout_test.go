@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -310,6 +312,81 @@ func TestStepOutWaitsForHandshakes(t *testing.T) {
 		}
 		if r.Method != drain.MethodStepOut || r.HandshakesAtStepOut < 1 || r.HandshakesLeft != 0 || n != 1 || d[outRsts] != 0 {
 			t.Errorf("report %+v, served %d, Tcp.OutRsts +%d: want step-out waiting for 1 handshake, served 1, no reset", r, n, d[outRsts])
+		}
+	})
+}
+
+// A member whose only listed holder hands it on and exits while the group is
+// read (as a predecessor does after a handoff) is not a reason to refuse the
+// step-out: the member's CPU cannot be read from the exited holder, the stop
+// reads the group again, finds the member's new holder, and steps out. The
+// other members cover every CPU only with that member. The hook holds the
+// window open: after the group and its holders were listed, the test takes
+// the member's fd from the helper holding it (pidfd_getfd) and kills it.
+func TestStepOutRereadsGroup(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		cpus := cpusForStepOut(t)
+		ours := listenCPU(t, "127.0.0.1:0", cpus[0])
+		addr := ours.Addr().String()
+		for _, cpu := range cpus {
+			if cpu != cpus[1] {
+				keep := listenCPU(t, addr, cpu)
+				defer keep.Close()
+			}
+		}
+		// The only member of cpus[1], held by a helper alone.
+		moved := listenCPU(t, addr, cpus[1])
+		f, err := moved.File()
+		moved.Close() // a plain close: the socket listens on in the helper
+		if err != nil {
+			t.Fatal(err)
+		}
+		holder := netnstest.StartHelper(t, "hold", netnstest.HelperOptions{ExtraFiles: []*os.File{f}})
+		f.Close()
+		waitLine(t, holder, "holding")
+
+		var taken *os.File
+		defer func() {
+			if taken != nil {
+				taken.Close()
+			}
+		}()
+		reads := 0
+		defer drain.SetTestHookInspected(func() {
+			if reads++; reads > 1 {
+				return
+			}
+			pfd, err := unix.PidfdOpen(holder.Cmd.Process.Pid, 0)
+			if err != nil {
+				t.Error(os.NewSyscallError("pidfd_open", err))
+				return
+			}
+			defer unix.Close(pfd)
+			fd, err := unix.PidfdGetfd(pfd, 3, 0)
+			if err != nil {
+				t.Error(os.NewSyscallError("pidfd_getfd", err))
+				return
+			}
+			taken = os.NewFile(uintptr(fd), "moved")
+			holder.Kill()
+			if !holder.Exited() {
+				t.Error("the holder did not exit")
+			}
+		})()
+
+		dl, err := drain.Wrap(ours, drain.Options{StepOut: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r, err := dl.Stop(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("method %s, re-reads %d, refused %q; group read %d times", r.Method, r.StepOutRereads, r.StepOutRefused, reads)
+		if r.Method != drain.MethodStepOut || r.StepOutRefused != "" || r.StepOutRereads != 1 || reads != 2 {
+			t.Errorf("method %s, refused %q, re-reads %d, group read %d times; want a step-out after one re-read (%s)", r.Method, r.StepOutRefused, r.StepOutRereads, reads, r.Why)
 		}
 	})
 }
