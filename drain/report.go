@@ -144,6 +144,9 @@ func (r *Report) log(log *zap.Logger) {
 	if r.Method == MethodStepOut {
 		fields = append(fields, zap.Int("handshakes_left", r.HandshakesLeft))
 	}
+	if r.StepOutRereads > 0 {
+		fields = append(fields, zap.Int("step_out_rereads", r.StepOutRereads))
+	}
 	if r.StepOutRefused != "" {
 		fields = append(fields, zap.String("step_out_refused", r.StepOutRefused))
 	}
