@@ -35,7 +35,11 @@
 //     (reuseport.ErrNoCPUPreference) or when a CPU would be left uncovered
 //     (a *reuseport.UncoveredError; members of another user's processes
 //     count as unknown): Report.StepOutRefused says why, and the stop uses
-//     the method above. The check follows the change, which is undone if it
+//     the method above. Members unknown only because their listed holders
+//     exited or let go of them while the group was read (a handoff's
+//     predecessor exiting) are gone or held by another process a moment
+//     later: the group is read again first, a few times within a few
+//     milliseconds (Report.StepOutRereads counts them). The check follows the change, which is undone if it
 //     fails, and stops of this process step out one at a time. A sibling that
 //     closes while we drain can uncover a CPU again (its SYNs then go to any
 //     member the hash finds first, us included): roll one member at a time,

@@ -17,6 +17,14 @@ func SetTestHookHandshakes(f func(n int)) (restore func()) {
 	return func() { testHookHandshakes = nil }
 }
 
+// SetTestHookInspected makes f run each time a step-out has listed the group
+// and its holders, before it reads the members' CPUs (f may change the
+// holders), until the returned func is called.
+func SetTestHookInspected(f func()) (restore func()) {
+	testHookInspected = f
+	return func() { testHookInspected = nil }
+}
+
 // SetTestHookStopListener makes f run as a Server's Shutdown begins to stop
 // its listener (it may hold the stop), until the returned func is called.
 // Set it before the server serves.

@@ -512,6 +512,12 @@ func leaveAfterStop(t *testing.T, h2 bool) {
 		r.server, r.at = resp.Header.Get("X-Server"), time.Now()
 		return r, nil
 	}
+	// Each client's replies, from its first on A: a connection is "first
+	// used" at its first reply, so the one each client opened before the
+	// stop counts from then, even if that client's next request comes only
+	// after the stop (at load 20 one did, and its connection from before
+	// the stop was taken for one opened again).
+	replies := make([][]reply, n)
 	for i := range clients {
 		tr := &http.Transport{}
 		if h2 {
@@ -520,21 +526,24 @@ func leaveAfterStop(t *testing.T, h2 bool) {
 		}
 		clients[i] = &http.Client{Transport: tr, Timeout: 10 * time.Second}
 		defer tr.CloseIdleConnections()
-		if r, err := get(clients[i]); err != nil || r.server != "A" {
+		r, err := get(clients[i])
+		if err != nil || r.server != "A" {
 			t.Fatalf("client %d: %+v, %v; want A", i, r, err)
 		}
+		replies[i] = append(replies[i], r)
 	}
 	waitB := serve(t, func() error { return b.Serve(l2) })
 
 	stop := make(chan struct{})
-	replies := make([][]reply, n)
 	errs := make([]error, n)
+	var onB, done atomic.Int32 // clients B has answered; clients that returned
 	var wg sync.WaitGroup
 	for i, c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := 0; k < 2000; k++ { // bounded: 2 ms apart, stopped long before
+			defer done.Add(1)
+			for k := 0; k < 30000; k++ { // bounded: 2 ms apart, stopped long before
 				select {
 				case <-stop:
 					return
@@ -544,6 +553,9 @@ func leaveAfterStop(t *testing.T, h2 bool) {
 				if err != nil {
 					errs[i] = err
 					return
+				}
+				if r.server == "B" && replies[i][len(replies[i])-1].server != "B" {
+					onB.Add(1)
 				}
 				replies[i] = append(replies[i], r)
 			}
@@ -557,7 +569,8 @@ func leaveAfterStop(t *testing.T, h2 bool) {
 	if err != nil {
 		t.Errorf("A's Shutdown: %v", err)
 	}
-	time.Sleep(50 * time.Millisecond) // every client on B
+	// Every client on B, or failed (it returned: its error is reported below).
+	waitAll(t, counterSum{&onB, &done}, n, "clients answered by B or failed")
 	close(stop)
 	wg.Wait()
 	if _, err := b.Shutdown(ctx); err != nil {

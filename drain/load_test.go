@@ -229,7 +229,9 @@ func oneRequest(addr string) error {
 
 // TestRollingUnderLoad: two worker processes and closed-loop clients for at
 // least 5 s, one worker drained and replaced every 250 ms (or as fast as the
-// machine starts workers, at least 10 times). Clients: a new connection per
+// machine starts workers), until at least 10 rolls and 500 answered requests
+// of each client (on a loaded machine that takes longer: the rolls go on
+// until then). Clients: a new connection per
 // request, Go's http.Transport with keep-alives, and a keep-alive client that
 // never retries. With migration on, the first two never fail (asserted). With
 // it off, the window between the last empty check and close remains; that, and
@@ -285,7 +287,13 @@ func rollingUnderLoad(t *testing.T, migrate bool) {
 	rolls := 0
 	start := time.Now()
 	tick := time.NewTicker(250 * time.Millisecond)
-	for (time.Since(start) < 5*time.Second || rolls < 10) && time.Since(start) < 30*time.Second {
+	// Enough exercised: 5 s, 10 rolls and 500 requests of each client.
+	// On a loaded machine that takes longer; 120 s bounds a hang.
+	enough := func() bool {
+		return time.Since(start) >= 5*time.Second && rolls >= 10 &&
+			perRequest.ok.Load() >= 500 && transport.ok.Load() >= 500 && noRetry.ok.Load() >= 500
+	}
+	for !enough() && time.Since(start) < 120*time.Second {
 		<-tick.C
 		spares = append(spares, spawnWorker(t, addr))
 		next := spares[0].listen(t)

@@ -57,6 +57,13 @@ type Report struct {
 	// StepOutRefused says why Options.StepOut did not step out (the stop
 	// used the method it names instead).
 	StepOutRefused string `json:"step_out_refused,omitempty"`
+	// StepOutRereads counts the times the step-out read the group again
+	// because members were unknown only since their listed holders had
+	// exited or let go of them while it was read (a handoff's predecessor
+	// exiting): a moment later the group no longer lists them, or lists
+	// their new holders. At most maxStepOutRereads per stop; if the group
+	// still is not readable then, StepOutRefused says so.
+	StepOutRereads int `json:"step_out_rereads,omitempty"`
 	// HandshakesAtStepOut is the handshakes in flight on the port when we
 	// stepped out (ours are among them; sock_diag does not tell members
 	// apart), and HandshakesLeft those still in flight when the wait for
@@ -136,6 +143,9 @@ func (r *Report) log(log *zap.Logger) {
 	}
 	if r.Method == MethodStepOut {
 		fields = append(fields, zap.Int("handshakes_left", r.HandshakesLeft))
+	}
+	if r.StepOutRereads > 0 {
+		fields = append(fields, zap.Int("step_out_rereads", r.StepOutRereads))
 	}
 	if r.StepOutRefused != "" {
 		fields = append(fields, zap.String("step_out_refused", r.StepOutRefused))

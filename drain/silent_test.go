@@ -17,30 +17,40 @@ import (
 )
 
 // TestSlowHandshakeAtStop: 10 clients have sent their ClientHello when the
-// listener stops, and the server takes 600 ms to answer each (a slow
-// GetCertificate here; an overloaded server the same), longer than
-// NewConnGrace (200 ms). Their handshakes complete and their requests are
-// served: a connection whose ClientHello the server is answering waits for
-// the answer, and its grace runs from then, not from the stop. Before, the
-// drain closed all 10 as silent at the grace, mid-handshake. (The grace
-// was 50 ms: under CI's load, with the race detector, one of the 10
-// clients, answered with the 9 others at once, took longer than that to
-// verify the certificate and send its request.)
+// listener stops, and the server answers each only once NewConnGrace (2 s)
+// and 300 ms have passed since the listener stopped (a slow GetCertificate
+// here; an overloaded server the same). Their handshakes complete and their
+// requests are served: a connection whose ClientHello the server is
+// answering waits for the answer, and its grace runs from then, not from the
+// stop. Before, the drain closed all 10 as silent at the grace,
+// mid-handshake. The answer waits for the stop (a test hook), not for a
+// fixed time, and the grace is long enough for a client on a loaded machine
+// to verify the certificate and send its request: with a grace of 200 ms and
+// a fixed 600 ms answer, 2 of 10 clients at load 20 under the race detector
+// took longer than the grace from the answer to their request.
 func TestSlowHandshakeAtStop(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
 		cert := netnstest.NewCert(t)
-		const n = 10
+		const n, grace = 10, 2 * time.Second
 		hellos := make(chan struct{}, n)
+		answer := make(chan struct{}) // closed once the grace from the stop has passed
+		var once sync.Once
+		defer drain.SetTestHookListenerStopped(func() {
+			once.Do(func() { time.AfterFunc(grace+300*time.Millisecond, func() { close(answer) }) })
+		})()
 		tl := listenTCP(t, "127.0.0.1:0")
 		hs := &http.Server{Handler: named("A"), TLSConfig: &tls.Config{
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 				hellos <- struct{}{}
-				time.Sleep(600 * time.Millisecond)
+				select {
+				case <-answer:
+				case <-time.After(30 * time.Second): // bounds a hang
+				}
 				return &cert.TLS, nil
 			},
 		}}
-		ds := &drain.Server{HTTP: hs, NewConnGrace: 200 * time.Millisecond}
+		ds := &drain.Server{HTTP: hs, NewConnGrace: grace}
 		wait := serve(t, func() error { return ds.ServeTLS(tl, "", "") })
 
 		answers := make(chan string, n)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,6 +157,7 @@ func closeSpreadTLS(t *testing.T, spread time.Duration) ([]time.Duration, *drain
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var failed []error
+	var onB atomic.Int32 // clients B has answered
 	for i := range clients {
 		wg.Add(1)
 		go func() {
@@ -173,6 +175,9 @@ func closeSpreadTLS(t *testing.T, spread time.Duration) ([]time.Duration, *drain
 					mu.Unlock()
 					continue
 				}
+				if r.server == "B" && !slices.ContainsFunc(replies[i], func(r reply) bool { return r.server == "B" }) {
+					onB.Add(1)
+				}
 				replies[i] = append(replies[i], r)
 			}
 		}()
@@ -185,7 +190,7 @@ func closeSpreadTLS(t *testing.T, spread time.Duration) ([]time.Duration, *drain
 	if err != nil {
 		t.Errorf("A's Shutdown: %v", err)
 	}
-	time.Sleep(100 * time.Millisecond) // every client on B
+	waitAll(t, &onB, n, "clients answered by B")
 	close(stop)
 	wg.Wait()
 	if _, err := b.Shutdown(ctx); err != nil {
@@ -314,19 +319,25 @@ func closeSpreadHTTP2(t *testing.T, n int, spread time.Duration) ([]time.Duratio
 	stop := make(chan struct{})
 	last := make([]string, n)
 	errs := make([]error, n)
+	var onB, done atomic.Int32 // clients B has answered; clients that returned
 	var wg sync.WaitGroup
 	for i, c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := 0; k < 5000; k++ { // bounded: 2 ms apart, stopped long before
+			defer done.Add(1)
+			for k := 0; k < 30000; k++ { // bounded: 2 ms apart, stopped long before
 				select {
 				case <-stop:
 					return
 				case <-time.After(2 * time.Millisecond):
 				}
+				prev := last[i]
 				if last[i], errs[i] = get(c); errs[i] != nil {
 					return
+				}
+				if last[i] == "B" && prev != "B" {
+					onB.Add(1)
 				}
 			}
 		}()
@@ -339,7 +350,8 @@ func closeSpreadHTTP2(t *testing.T, n int, spread time.Duration) ([]time.Duratio
 	if err != nil {
 		t.Errorf("A's Shutdown: %v", err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// Every client on B, or failed (it returned: its error is reported below).
+	waitAll(t, counterSum{&onB, &done}, int32(n), "clients answered by B or failed")
 	close(stop)
 	wg.Wait()
 	if _, err := b.Shutdown(ctx); err != nil {
@@ -424,4 +436,32 @@ func TestCloseSpreadEndsEarly(t *testing.T) {
 		}
 		p.wait()
 	})
+}
+
+// counter is what waitAll waits on.
+type counter interface{ Load() int32 }
+
+// counterSum adds counters up.
+type counterSum []*atomic.Int32
+
+// Load returns the sum of the counters.
+func (cs counterSum) Load() (n int32) {
+	for _, c := range cs {
+		n += c.Load()
+	}
+	return n
+}
+
+// waitAll waits until c reaches n, for at most 30 s: a bound on a hang, not
+// on the machine's speed.
+func waitAll(t *testing.T, c counter, n int32, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for c.Load() < n {
+		if time.Now().After(deadline) {
+			t.Errorf("%d of %d %s after 30 s", c.Load(), n, what)
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -35,7 +35,7 @@ var stepOutMu sync.Mutex
 // stepOut): then the stop is MethodStepOut. Otherwise r.StepOutRefused says
 // why and the stop keeps the method choose gave.
 func (l *Listener) tryStepOut(ctx context.Context, r *Report, id identity) {
-	err := l.stepOut(ctx, id)
+	err := l.stepOut(ctx, id, r)
 	if err != nil {
 		r.StepOutRefused = err.Error()
 		r.Why += "; not stepped out first: " + err.Error()
@@ -50,7 +50,7 @@ func (l *Listener) tryStepOut(ctx context.Context, r *Report, id identity) {
 // refuses with a Steerer (ErrSteered), on a kernel before 6.1
 // (reuseport.ErrNoCPUPreference) and when a CPU is left uncovered
 // (*reuseport.UncoveredError): then it puts our old value back.
-func (l *Listener) stepOut(ctx context.Context, id identity) error {
+func (l *Listener) stepOut(ctx context.Context, id identity, r *Report) error {
 	if l.opts.Steerer != nil {
 		return ErrSteered
 	}
@@ -68,14 +68,7 @@ func (l *Listener) stepOut(ctx context.Context, id identity) error {
 		return err
 	}
 	addr := netipString(l.tl.Addr().(*net.TCPAddr).AddrPort())
-	covered := func() error {
-		g, err := reuseport.Inspect(ctx, addr)
-		if err != nil {
-			return err
-		}
-		g.ReadCPUs()
-		return g.CheckCovered(addr, online, id.ino)
-	}
+	covered := func() error { return l.covered(ctx, addr, online, id.ino, r) }
 	// Step out first and check after: a process stepping another member
 	// out at the same time then sees our change, or we see its. While we
 	// check, an uncovered CPU's SYNs may still reach us, and we still
@@ -95,6 +88,43 @@ func (l *Listener) stepOut(ctx context.Context, id identity) error {
 	l.leave()
 	return nil
 }
+
+// covered returns nil when the members of the group on addr other than ours
+// (inode ino) cover every online CPU. A member whose listed holders had all
+// exited or let go of it by the time its CPU was read (a handoff's
+// predecessor exiting) is unknown only for that moment: the group is read
+// again, up to maxStepOutRereads times (counted in r.StepOutRereads), a
+// little later each time, while ctx lasts. Members unreadable for any other
+// reason (another user's) are not read again.
+func (l *Listener) covered(ctx context.Context, addr string, online []int, ino uint64, r *Report) error {
+	wait := stepOutRereadWait
+	for i := 0; ; i++ {
+		g, err := reuseport.Inspect(ctx, addr)
+		if err != nil {
+			return err
+		}
+		if testHookInspected != nil {
+			testHookInspected()
+		}
+		g.ReadCPUs()
+		err = g.CheckCovered(addr, online, ino)
+		var ue *reuseport.UncoveredError
+		if err == nil || !errors.As(err, &ue) || ue.NotHeld == 0 || i == maxStepOutRereads || !sleepCtx(ctx, wait) {
+			return err
+		}
+		r.StepOutRereads++
+		wait *= 2
+	}
+}
+
+// The re-reads of a group whose members' holders let go of them while it
+// was read: at most maxStepOutRereads, the first after stepOutRereadWait,
+// each wait twice the last. An exiting process has closed its fds before
+// it is reaped; the last close of a listener unhashes it at once.
+const (
+	maxStepOutRereads = 4
+	stepOutRereadWait = time.Millisecond
+)
 
 // drainSteppedOut waits until every handshake that could be ours has ended,
 // then accepts until the queue is empty and shuts the socket down
@@ -142,6 +172,10 @@ func (l *Listener) drainSteppedOut(ctx context.Context, r *Report) error {
 	r.HandshakesLeft = len(pending)
 	return l.acceptUntilEmpty(ctx, r)
 }
+
+// testHookInspected, if set by a test, runs each time a step-out has listed
+// the group and its holders, before it reads the members' CPUs.
+var testHookInspected func()
 
 // testHookHandshakes, if set by a test, runs once a stepped-out stop has
 // listed the handshakes it waits for, with how many.

@@ -30,7 +30,7 @@ func TestShutdownTrap(t *testing.T) {
 func shutdownTrap(t *testing.T, plain bool) {
 	const n = 10
 	tl := listenTCP(t, "127.0.0.1:0")
-	ts := newTrapServer(t, tl.Addr().String(), n, func(hs *http.Server, ds *drain.Server) error {
+	ts := newTrapServer(t, tl.Addr().String(), n, 0, func(hs *http.Server, ds *drain.Server) error {
 		if plain {
 			return hs.Serve(tl)
 		}
@@ -72,8 +72,9 @@ func shutdownTrap(t *testing.T, plain bool) {
 	}
 }
 
-// trapServer is an http.Server, drained by a drain.Server or not, with n
-// connections accepted that have sent nothing yet.
+// trapServer is an http.Server, drained by a drain.Server (NewConnGrace
+// grace; 0: the default) or not, with n connections accepted that have sent
+// nothing yet.
 type trapServer struct {
 	hs    *http.Server
 	ds    *drain.Server
@@ -81,7 +82,7 @@ type trapServer struct {
 	wait  func() error // for serveFn to return
 }
 
-func newTrapServer(t *testing.T, addr string, n int, serveFn func(*http.Server, *drain.Server) error) *trapServer {
+func newTrapServer(t *testing.T, addr string, n int, grace time.Duration, serveFn func(*http.Server, *drain.Server) error) *trapServer {
 	t.Helper()
 	var fresh atomic.Int32
 	hs := &http.Server{Handler: named("A"), ConnState: func(_ net.Conn, s http.ConnState) {
@@ -89,7 +90,7 @@ func newTrapServer(t *testing.T, addr string, n int, serveFn func(*http.Server, 
 			fresh.Add(1)
 		}
 	}}
-	ts := &trapServer{hs: hs, ds: &drain.Server{HTTP: hs}, conns: make([]net.Conn, n)}
+	ts := &trapServer{hs: hs, ds: &drain.Server{HTTP: hs, NewConnGrace: grace}, conns: make([]net.Conn, n)}
 	ts.wait = serve(t, func() error { return serveFn(ts.hs, ts.ds) })
 	for i := range ts.conns {
 		ts.conns[i] = dial(t, addr)

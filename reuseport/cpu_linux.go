@@ -152,16 +152,22 @@ func ReadIncomingCPU(c syscall.Conn) (int, error) {
 // ptrace_scope restricts it to descendants, or CAP_SYS_PTRACE), since
 // sock_diag does not report SO_INCOMING_CPU. The copy lives for one
 // getsockopt; a holder that closes the socket meanwhile leaves its last
-// close to us, microseconds later. Members it cannot read stay CPUUnknown.
+// close to us, microseconds later. Members it cannot read stay CPUUnknown;
+// CheckCovered's error tells those whose every listed holder had exited or
+// let go of them by then (a new Inspect no longer lists those holders).
 func (g *Group) ReadCPUs() {
 	for i := range g.Members {
 		m := &g.Members[i]
 		m.CPU = CPUUnknown
+		m.notHeld = len(m.Processes) > 0
 		for _, p := range m.Processes {
-			if cpu, err := sockdiag.IncomingCPU(p.PID, m.Inode); err == nil {
+			cpu, err := sockdiag.IncomingCPU(p.PID, m.Inode)
+			if err == nil {
 				m.CPU = cpu
+				m.notHeld = false
 				break
 			}
+			m.notHeld = m.notHeld && errors.Is(err, sockdiag.ErrNotHeld)
 		}
 	}
 }
@@ -192,15 +198,18 @@ func (g *Group) Uncovered(online []int, skip ...uint64) []int {
 	return out
 }
 
-// unknownCPUs counts the members, other than skip, whose CPU is unknown.
-func (g *Group) unknownCPUs(skip ...uint64) int {
-	n := 0
+// unknownCPUs counts the members, other than skip, whose CPU is unknown,
+// and among them those whose listed holders no longer held them.
+func (g *Group) unknownCPUs(skip ...uint64) (unknown, notHeld int) {
 	for _, m := range g.Members {
 		if m.CPU == CPUUnknown && !slices.Contains(skip, m.Inode) {
-			n++
+			unknown++
+			if m.notHeld {
+				notHeld++
+			}
 		}
 	}
-	return n
+	return unknown, notHeld
 }
 
 // ErrUncovered is matched by UncoveredError.
@@ -212,12 +221,20 @@ type UncoveredError struct {
 	Addr    string // the group's address
 	CPUs    []int  // online CPUs no member prefers
 	Unknown int    // members whose CPU could not be read (they count as covering nothing)
+	// NotHeld counts those of Unknown whose every listed holder had exited,
+	// or closed its fd, by the time ReadCPUs read it: a new Inspect no
+	// longer lists those holders (the member is gone, or another process
+	// holds it now, as a handoff's successor does).
+	NotHeld int
 }
 
 func (e *UncoveredError) Error() string {
 	s := fmt.Sprintf("%s: %v: cpus %v", e.Addr, ErrUncovered, e.CPUs)
-	if e.Unknown > 0 {
-		s += fmt.Sprintf(" (%d members' SO_INCOMING_CPU could not be read: their holders exited, or are another user's, which needs root or CAP_SYS_PTRACE)", e.Unknown)
+	if e.NotHeld > 0 {
+		s += fmt.Sprintf(" (%d members' SO_INCOMING_CPU could not be read: their holders exited or let go of them while the group was read)", e.NotHeld)
+	}
+	if n := e.Unknown - e.NotHeld; n > 0 {
+		s += fmt.Sprintf(" (%d members' SO_INCOMING_CPU could not be read: their holders are another user's, which needs root or CAP_SYS_PTRACE, or none could be found)", n)
 	}
 	return s
 }
@@ -229,7 +246,8 @@ func (e *UncoveredError) Is(target error) bool { return target == ErrUncovered }
 // online CPU, and an *UncoveredError otherwise.
 func (g *Group) CheckCovered(addr string, online []int, skip ...uint64) error {
 	if u := g.Uncovered(online, skip...); len(u) > 0 {
-		return &UncoveredError{Addr: addr, CPUs: u, Unknown: g.unknownCPUs(skip...)}
+		unknown, notHeld := g.unknownCPUs(skip...)
+		return &UncoveredError{Addr: addr, CPUs: u, Unknown: unknown, NotHeld: notHeld}
 	}
 	return nil
 }

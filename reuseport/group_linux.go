@@ -38,6 +38,8 @@ type Member struct {
 	CPU int `json:"cpu"`
 	// Processes hold the member; always empty from InspectMembers.
 	Processes []Process `json:"processes,omitempty"`
+	// notHeld: ReadCPUs found that none of Processes held it any longer.
+	notHeld bool
 }
 
 // String describes the member for error messages.

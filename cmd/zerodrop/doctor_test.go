@@ -218,9 +218,7 @@ func TestDoctorCPUCoverage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(cpus) < 2 {
-			t.Skipf("one online CPU (%v): every group covers it", cpus)
-		}
+		netnstest.SkipUnless(t, len(cpus) >= 2, fmt.Sprintf("one online CPU (%v): every group covers it", cpus))
 		cfg := reuseport.Config{Migration: reuseport.MigrationIgnore, Options: reuseport.Options{IncomingCPU: &cpus[0]}}
 		first, err := cfg.Listen(context.Background(), "tcp4", "127.0.0.1:0")
 		if err != nil {

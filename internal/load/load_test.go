@@ -27,8 +27,20 @@ var modes = []struct {
 	{"transport-keepalive", true, true},
 }
 
+// run runs a generator of cfg to its end. A run bounded by Requests gets a
+// Duration of 2 minutes unless it sets one: the default 10 s made a count of
+// requests a speed target (at load 45 under the race detector
+// TestHTTP2Retried sent 53-71 of its 400 in 10 s). The count ends the run;
+// the Duration only bounds a hang. So does Timeout, 30 s unless set: the
+// default 2 s failed 2 of TestHTTP2/POST's 640 requests at load 45.
 func run(t *testing.T, ctx context.Context, cfg Config) *Result {
 	t.Helper()
+	if cfg.Requests > 0 && cfg.Duration == 0 {
+		cfg.Duration = 2 * time.Minute
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Second
+	}
 	g, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

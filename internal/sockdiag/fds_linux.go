@@ -88,27 +88,43 @@ func nsPIDList(pid string) ([]int, error) {
 	return nil, fmt.Errorf("sockdiag: %s/%s/status: no NSpid line", procRoot, pid)
 }
 
+// ErrNotHeld is wrapped by IncomingCPU's error when the process no longer
+// holds the socket: it exited, or closed the fd, since /proc listed it as a
+// holder. Another process may hold the socket now.
+var ErrNotHeld = errors.New("no longer holds the socket")
+
 // IncomingCPU reads SO_INCOMING_CPU of the socket inode through a copy of the
 // fd pid (as /proc numbers it) holds it under (pidfd_getfd, Linux 5.6,
-// allowed where ptrace is). inet_diag does not report the value. On error the CPU is -2.
+// allowed where ptrace is). inet_diag does not report the value. On error the
+// CPU is -2; the error wraps ErrNotHeld when pid exited or let go of the
+// socket meanwhile.
 func IncomingCPU(pid int, inode uint64) (int, error) {
 	fds, err := FDs(pid, inode)
+	if errors.Is(err, fs.ErrNotExist) {
+		return -2, fmt.Errorf("pid %d %w (inode %d): %w", pid, ErrNotHeld, inode, err)
+	}
 	if err != nil {
 		return -2, err
 	}
 	if len(fds) == 0 {
-		return -2, fmt.Errorf("pid %d no longer holds socket inode %d", pid, inode)
+		return -2, fmt.Errorf("pid %d %w (inode %d)", pid, ErrNotHeld, inode)
 	}
 	local, err := LocalPID(pid)
 	if err != nil {
 		return -2, err
 	}
 	pfd, err := unix.PidfdOpen(local, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return -2, fmt.Errorf("pid %d %w (inode %d): %w", pid, ErrNotHeld, inode, os.NewSyscallError("pidfd_open", err))
+	}
 	if err != nil {
 		return -2, os.NewSyscallError("pidfd_open", err)
 	}
 	defer unix.Close(pfd)
 	fd, err := unix.PidfdGetfd(pfd, fds[0], 0)
+	if errors.Is(err, unix.ESRCH) || errors.Is(err, unix.EBADF) { // exited, or closed the fd
+		return -2, fmt.Errorf("pid %d %w (inode %d): %w", pid, ErrNotHeld, inode, os.NewSyscallError("pidfd_getfd", err))
+	}
 	if err != nil {
 		return -2, os.NewSyscallError("pidfd_getfd", err)
 	}
@@ -118,7 +134,7 @@ func IncomingCPU(pid int, inode uint64) (int, error) {
 		return -2, os.NewSyscallError("fstat", err)
 	}
 	if st.Ino != inode { // the fd was closed and reused meanwhile
-		return -2, fmt.Errorf("pid %d fd %d is no longer socket inode %d", pid, fds[0], inode)
+		return -2, fmt.Errorf("pid %d %w (inode %d): fd %d is another file now", pid, ErrNotHeld, inode, fds[0])
 	}
 	cpu, err := linux.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_INCOMING_CPU)
 	if err != nil {
