@@ -1,0 +1,206 @@
+package drain_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+)
+
+// TestHTTP2PostsAcrossHandoffs: 8 of Go's HTTP/2 Transports (ALPN h2 over
+// TLS), 8 workers on each, send POSTs whose body net/http cannot send again
+// (GetBody nil) without a pause, across 100 handoffs: generation g+1 serves
+// a duplicate of the socket, then generation g drains (drain.Server,
+// Options.Shared). Every POST is answered.
+//
+// A failed POST is one of two kinds, told apart by the request's trace:
+// sent (its HEADERS written: httptrace's WroteHeaders ran), which a server
+// refused or closed its connection under, the server's fault; or never
+// sent, which Go's client (1.26, h2_bundle.go) fails itself when the
+// connection it had chosen and reserved a stream on (ReserveNewRequest)
+// reads a GOAWAY before the stream gets its id (awaitOpenSlotForStreamLocked
+// returns errClientConnUnusable, cleanupWriteRequest closes the body, the
+// retry finds no other connection, and net/http's rewindBody cannot get
+// the body again: "net/http: cannot rewind body after connection loss",
+// golang/go#62450). Only a stream whose id is not yet assigned can fail so:
+// errClientConnUnusable comes from nowhere else.
+func TestHTTP2PostsAcrossHandoffs(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		handoffs := 100
+		if s := os.Getenv("ZERODROP_TEST_HANDOFFS"); s != "" {
+			handoffs, _ = strconv.Atoi(s)
+		}
+		res := postsAcrossHandoffs(t, handoffs)
+		t.Logf("%d handoffs: %s", handoffs, res)
+		if res.sent > 0 || res.neverSent > 0 || res.other > 0 {
+			t.Errorf("%d POSTs failed: %d sent (the server's), %d never sent (Go's client, golang/go#62450), %d other; first: %v",
+				res.sent+res.neverSent+res.other, res.sent, res.neverSent, res.other, res.first)
+		}
+	})
+}
+
+// postResult counts what postsAcrossHandoffs saw.
+type postResult struct {
+	ok, sent, neverSent, other int
+	first                      []string // the first failures, with their kind
+	unacked, http2, forced     int      // summed over the drain reports
+}
+
+func (r postResult) String() string {
+	return fmt.Sprintf("%d POSTs answered, failed: %d sent, %d never sent, %d other; reports: %d HTTP/2 connections, %d unacked, %d forced",
+		r.ok, r.sent, r.neverSent, r.other, r.http2, r.unacked, r.forced)
+}
+
+func postsAcrossHandoffs(t *testing.T, handoffs int) postResult {
+	netnstest.CheckLeaks(t)
+	const transports, workers = 8, 8
+	cert := netnstest.NewCert(t)
+	l0 := listenTCP(t, "127.0.0.1:0") // holds the socket; each generation serves a duplicate
+	defer l0.Close()
+	url := "https://" + l0.Addr().String() + "/"
+
+	var served [2]atomic.Int64 // by generation parity
+	start := func(gen int) (*drain.Server, func() error) {
+		f, err := l0.File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := echoNamed(strconv.Itoa(gen))
+		hs := &http.Server{TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert.TLS}},
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h.ServeHTTP(w, r)
+				served[gen%2].Add(1)
+			})}
+		ds := &drain.Server{HTTP: hs, Listener: drain.Options{Shared: true}}
+		return ds, serve(t, func() error { return ds.ServeTLS(l, "", "") })
+	}
+
+	var (
+		mu  sync.Mutex
+		res postResult
+	)
+	fail := func(kind *int, what string) {
+		mu.Lock()
+		defer mu.Unlock()
+		*kind++
+		if len(res.first) < 10 {
+			res.first = append(res.first, what)
+		}
+	}
+	post := func(c *http.Client) {
+		var wrote atomic.Bool
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			WroteHeaders: func() { wrote.Store(true) }})
+		req, err := http.NewRequestWithContext(ctx, "POST", url, onceBody{strings.NewReader("x")})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		req.ContentLength = 1
+		resp, err := c.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		switch {
+		case err == nil:
+			mu.Lock()
+			res.ok++
+			mu.Unlock()
+		case wrote.Load():
+			fail(&res.sent, "sent: "+err.Error())
+		case strings.Contains(err.Error(), "cannot rewind body after connection loss"):
+			fail(&res.neverSent, "never sent: "+err.Error())
+		default:
+			fail(&res.other, "not sent: "+err.Error())
+		}
+	}
+
+	ds, wait := start(0)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var trs []*http.Transport
+	for range transports {
+		tr := &http.Transport{TLSClientConfig: cert.Client("h2"), ForceAttemptHTTP2: true}
+		trs = append(trs, tr)
+		c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := 0; n < 1_000_000; n++ { // bounded; stopped long before
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					post(c)
+				}
+			}()
+		}
+	}
+	defer func() {
+		for _, tr := range trs {
+			tr.CloseIdleConnections()
+		}
+	}()
+	// waitServed waits until generation gen has answered n more POSTs.
+	waitServed := func(gen int, n int64) {
+		from := served[gen%2].Load()
+		netnstest.WaitCount(t, fmt.Sprintf("POSTs answered by generation %d", gen), int(n), func() int {
+			return int(served[gen%2].Load() - from)
+		})
+	}
+	waitServed(0, 200)
+	deadline := time.Now().Add(5 * time.Minute)
+	for gen := 0; gen < handoffs && time.Now().Before(deadline); gen++ {
+		next, nextWait := start(gen + 1)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		rep, err := ds.Shutdown(ctx)
+		cancel()
+		if err != nil {
+			t.Errorf("generation %d's Shutdown: %v", gen, err)
+		}
+		if err := wait(); !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("generation %d's Serve: %v", gen, err)
+		}
+		h := rep.HTTP
+		mu.Lock()
+		res.http2 += h.HTTP2
+		res.unacked += h.GoAwayUnacked
+		res.forced += len(h.Forced)
+		mu.Unlock()
+		ds, wait = next, nextWait
+		waitServed(gen+1, 200) // every client under way again
+	}
+	close(stop)
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := ds.Shutdown(ctx); err != nil {
+		t.Error(err)
+	}
+	wait()
+	mu.Lock()
+	defer mu.Unlock()
+	return res
+}
