@@ -222,12 +222,25 @@
 //
 // A client that reads a GOAWAY while it still has streams queued to send
 // refuses them itself (nghttp2 does, and h2load counts them as failed), and
-// a client keeping streams busy queues one as each response ends. So before
-// the first step the drain sends a PING alone, a probe, and holds net/http's
-// frames until its ack (at most 250 ms): the ack shows the client has read
-// every response written before and sent the streams they made it open, and
-// no response ends while the GOAWAY is on its way. The probe costs each
-// HTTP/2 connection one round trip of held writes at the stop.
+// a client keeping streams busy queues one as each response ends. Go's
+// http.Transport fails such a request unsent: one that has chosen the
+// connection (reserved a stream on it) but not yet given its stream an id
+// when its reader handles the GOAWAY; a request whose body has no GetBody
+// then fails with "net/http: cannot rewind body after connection loss"
+// (golang/go#62450), a GET is sent again. So before the first step the drain
+// sends a PING alone, a probe, and holds net/http's frames: the ack shows
+// the client has read every response written before. It then probes again,
+// frames still held, until the client has opened no stream for 20 ms and
+// during a whole probe's round trip (at most 250 ms in all): with no
+// response reaching it, nothing wakes a new request on the connection, and
+// those the earlier responses woke have opened their streams. No response
+// ends while the GOAWAY is on its way. A client starved of CPU answers the
+// probes as slowly, so the wait follows its starvation; a request whose own
+// goroutine the client does not run for longer still fails (in
+// TestHTTP2PostsAcrossHandoffs at load average 23 on 2 cores, 1 in 100
+// handoffs, against 8 to 14 with a single probe: it had chosen its
+// connection 59 ms before the GOAWAY was written). The probes cost each
+// HTTP/2 connection, at the stop, 20 ms and a few round trips of held writes.
 //
 // # WebSockets
 //
