@@ -201,7 +201,7 @@ func (h handTo) UnencryptedNetConn() net.Conn { return h.Conn }
 // registers it with key's connInfo; if the drain has begun its first step,
 // the connection gets it at once.
 func (t *tracker) newH2Conn(c, key net.Conn, isTLS bool) *h2Conn {
-	g := &h2Conn{Conn: c, key: key, acked: make(chan struct{}), probeAck: make(chan struct{}, 1), ended: make(chan struct{})}
+	g := &h2Conn{Conn: c, key: key, linger: &t.linger, acked: make(chan struct{}), probeAck: make(chan struct{}, 1), ended: make(chan struct{})}
 	if isTLS {
 		g.tls = c.(*tls.Conn)
 	}
@@ -224,6 +224,7 @@ func (t *tracker) newH2Conn(c, key net.Conn, isTLS bool) *h2Conn {
 type h2Conn struct {
 	net.Conn          // the connection: a *tls.Conn past its preface, or plain past its preface
 	key      net.Conn // what net/http's hooks name it by
+	linger   *lingerCloser
 	tls      *tls.Conn
 	token    [8]byte // the first step's PING payload
 	probe    [8]byte // the probes' PING payload, but for the last byte (probeSeq's)
@@ -238,6 +239,7 @@ type h2Conn struct {
 
 	named   atomic.Bool // net/http has written its GOAWAY, naming the last stream it serves
 	closing atomic.Bool // the drain closes it (tracker.closeNamed)
+	closed  atomic.Bool // Close has run
 
 	in        frameCursor  // what the client sent (read by net/http's one reader)
 	opened    atomic.Int64 // UnixNano of the client's last HEADERS
@@ -488,11 +490,19 @@ func (c *h2Conn) settle(ack time.Time) {
 	time.AfterFunc(settleQuiet, check)
 }
 
-// Close closes the connection and ends the waits for acks.
+// Close closes the connection, lingering (linger.go: under TLS, its
+// tlsRaw does), once, and ends the waits for acks.
 func (c *h2Conn) Close() error {
 	c.done()
 	c.probeDone()
-	return c.Conn.Close()
+	if !c.closed.CompareAndSwap(false, true) {
+		return net.ErrClosed
+	}
+	if c.tls != nil {
+		return c.Conn.Close()
+	}
+	c.linger.close(c.Conn)
+	return nil
 }
 
 // frameCursor follows a stream of HTTP/2 frames cut anywhere.
