@@ -16,7 +16,11 @@ import (
 // TestHTTP2PostsAcrossHandoffs, fewer clients), over HTTP/2 and over
 // HTTP/1.1 with keep-alive, both over TLS, the servers send no TCP reset
 // (Tcp.OutRsts of the test's own network namespace). The clients close
-// lingering (lingerConn), so every reset counted is a server's.
+// lingering (lingerConn), so every reset counted is a server's. Before the
+// servers closed lingering too, they sent 3 (HTTP/2) and 181 (HTTP/1.1, 295
+// connections dialled). A peer starved of CPU for longer than the linger
+// (500 ms) still gets a reset, and under the race detector at load average
+// 30, 5 in 394 connections did: there, up to 1 in 50 connections dialled.
 func TestHandoffServerResets(t *testing.T) {
 	for _, h2 := range []bool{true, false} {
 		t.Run(map[bool]string{true: "h2", false: "http1"}[h2], func(t *testing.T) {
@@ -25,8 +29,12 @@ func TestHandoffServerResets(t *testing.T) {
 				res := postsAcrossHandoffs(t, handoffCfg{handoffs: 10, transports: 4, workers: 4, h2: h2, linger: true})
 				d := c0.Delta(t, "Tcp.OutRsts", "Tcp.EstabResets", "Tcp.ActiveOpens")
 				t.Logf("10 handoffs: %s; %v", res, d)
-				if d["Tcp.OutRsts"] != 0 {
-					t.Errorf("%d resets sent (%d connections reset, %d dialled); want none from the servers", d["Tcp.OutRsts"], d["Tcp.EstabResets"], d["Tcp.ActiveOpens"])
+				allowed := int64(0)
+				if raceDetector {
+					allowed = d["Tcp.ActiveOpens"] / 50
+				}
+				if d["Tcp.OutRsts"] > allowed {
+					t.Errorf("%d resets sent (%d connections reset, %d dialled); want none from the servers (at most %d)", d["Tcp.OutRsts"], d["Tcp.EstabResets"], d["Tcp.ActiveOpens"], allowed)
 				}
 			})
 		})
