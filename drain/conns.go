@@ -77,6 +77,8 @@ type tracker struct {
 	userContext          func(context.Context, net.Conn) context.Context
 	epoch                time.Time // of connInfo.closeAt
 
+	linger lingerCloser // closes TLS and HTTP/2 connections lingering (linger.go)
+
 	hs        *http.Server // whose HTTP/2 path twoStep enters
 	stepOnce  sync.Once
 	goingAway bool // HTTP/2 connections get the first step (under mu)
@@ -328,7 +330,7 @@ func (t *tracker) closeNamed() int {
 	n := 0
 	for _, x := range ns {
 		if unsent(x.c) == 0 && x.g.closing.CompareAndSwap(false, true) {
-			x.c.Close()
+			x.g.Close()
 			n++
 		}
 	}

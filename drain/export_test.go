@@ -48,3 +48,12 @@ func SetTestHookLeft(f func()) (restore func()) {
 	testHookLeft = f
 	return func() { testHookLeft = nil }
 }
+
+// SetTestHookFirstStep makes f run once an HTTP/2 connection's first step
+// (GOAWAY 2^31-1 and PING) is written, with the client's address and how
+// many probes it acked, until
+// the returned func is called. Set it before the server serves.
+func SetTestHookFirstStep(f func(remote string, rounds int)) (restore func()) {
+	testHookFirstStep = f
+	return func() { testHookFirstStep = nil }
+}

@@ -47,9 +47,13 @@ const (
 	nextProtoH2Clear = "unencrypted_http2" // net/http's key for a connection whose preface is read
 	h2Preface        = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 	h2PrefaceTimeout = 10 * time.Second // as net/http's HTTP/2 server
-	// probeWait bounds how long net/http's frames are held for the probe's
-	// ack; a client that does not answer in time gets the first step anyway.
+	// probeWait bounds how long net/http's frames are held for the probes;
+	// a client that does not answer in time gets the first step anyway.
 	probeWait = 250 * time.Millisecond
+	// probeQuiet: after the first probe's ack, net/http's frames stay held
+	// until the client has opened no stream for probeQuiet and for one
+	// whole probe's round trip (see awaitQuiet).
+	probeQuiet = 20 * time.Millisecond
 	// After the first step's ack, net/http may name the last stream once the
 	// client has opened none for settleQuiet (at most settleMax after the
 	// ack): Go's Transport can write one stream after its ack (one that took
@@ -197,7 +201,7 @@ func (h handTo) UnencryptedNetConn() net.Conn { return h.Conn }
 // registers it with key's connInfo; if the drain has begun its first step,
 // the connection gets it at once.
 func (t *tracker) newH2Conn(c, key net.Conn, isTLS bool) *h2Conn {
-	g := &h2Conn{Conn: c, key: key, acked: make(chan struct{}), probeAck: make(chan struct{})}
+	g := &h2Conn{Conn: c, key: key, linger: &t.linger, acked: make(chan struct{}), probeAck: make(chan struct{}, 1), ended: make(chan struct{})}
 	if isTLS {
 		g.tls = c.(*tls.Conn)
 	}
@@ -220,9 +224,11 @@ func (t *tracker) newH2Conn(c, key net.Conn, isTLS bool) *h2Conn {
 type h2Conn struct {
 	net.Conn          // the connection: a *tls.Conn past its preface, or plain past its preface
 	key      net.Conn // what net/http's hooks name it by
+	linger   *lingerCloser
 	tls      *tls.Conn
 	token    [8]byte // the first step's PING payload
-	probe    [8]byte // the probe's
+	probe    [8]byte // the probes' PING payload, but for the last byte (probeSeq's)
+	rounds   int     // probes acked (under wmu)
 
 	wmu     sync.Mutex
 	out     frameCursor // what net/http has written
@@ -233,14 +239,17 @@ type h2Conn struct {
 
 	named   atomic.Bool // net/http has written its GOAWAY, naming the last stream it serves
 	closing atomic.Bool // the drain closes it (tracker.closeNamed)
+	closed  atomic.Bool // Close has run
 
 	in        frameCursor  // what the client sent (read by net/http's one reader)
 	opened    atomic.Int64 // UnixNano of the client's last HEADERS
 	pingAcked atomic.Bool
 	ackOnce   sync.Once
 	acked     chan struct{} // closed once the PING's ack has settled, or when the wait is moot
-	probeOnce sync.Once
-	probeAck  chan struct{} // closed at the probe's ack, or when the connection ends
+	probeAck  chan struct{} // signalled at the ack of the probe awaited
+	probeSeq  atomic.Uint32 // the last byte of the probe awaited
+	endOnce   sync.Once
+	ended     chan struct{} // closed when the connection ends: no ack will come
 }
 
 // tlsH2Conn is an h2Conn over TLS: net/http's HTTP/2 server reads its TLS
@@ -287,22 +296,85 @@ func (c *h2Conn) writeStepLocked() {
 	}
 	if !c.probed {
 		c.probed = true
-		if _, err := c.Conn.Write(appendFrame(nil, framePing, 0, c.probe[:])); err != nil {
+		if err := c.awaitQuiet(); err != nil {
 			c.pending, c.sent = nil, true
 			c.done() // the connection is failing: net/http will see it too
 			return
 		}
-		t := time.NewTimer(probeWait)
-		select {
-		case <-c.probeAck:
-		case <-t.C:
-		}
-		t.Stop()
 	}
 	p := c.pending
 	c.pending, c.sent = nil, true
 	if _, err := c.Conn.Write(p); err != nil {
 		c.done()
+	}
+	if testHookFirstStep != nil {
+		testHookFirstStep(c.Conn.RemoteAddr().String(), c.rounds)
+	}
+}
+
+// testHookFirstStep, if set by a test, runs once the first step is
+// written to the client at remote, with how many probes were acked.
+var testHookFirstStep func(remote string, rounds int)
+
+// awaitQuiet writes probes, PINGs alone, with net/http's frames held (wmu),
+// until the client, having acked one, has opened no stream for probeQuiet
+// and during a whole probe's round trip, or until probeWait has passed.
+//
+// An ack shows that the client's reader has read every response written
+// before the probe; not that the requests those responses woke have opened
+// their streams. Go's client (1.26, h2_bundle.go) reserves a stream on the
+// connection it chooses (ReserveNewRequest), then, in a goroutine of the
+// request's own, gives the stream its id (awaitOpenSlotForStreamLocked); if
+// its reader handles a GOAWAY in between, the request fails unsent ("cannot
+// rewind body after connection loss" for a body without GetBody,
+// golang/go#62450). With every response held, nothing wakes a new request
+// on this connection; those already woken open their streams, and the
+// quiet shows they have. A client starved of CPU answers slowly, so the
+// round without a new stream lasts as long as its starvation.
+func (c *h2Conn) awaitQuiet() error {
+	start := time.Now()
+	end := start.Add(probeWait)
+	t := time.NewTimer(probeWait)
+	defer t.Stop()
+	var firstAck time.Time
+	for {
+		sent := time.Now()
+		ping := c.probe
+		ping[7] = byte(c.probeSeq.Add(1))
+		if _, err := c.Conn.Write(appendFrame(nil, framePing, 0, ping[:])); err != nil {
+			return err
+		}
+		select {
+		case <-c.probeAck:
+		case <-c.ended:
+			return nil
+		case <-t.C:
+			return nil
+		}
+		c.rounds++
+		now := time.Now()
+		if firstAck.IsZero() {
+			firstAck = now
+		}
+		last := firstAck
+		if o := time.Unix(0, c.opened.Load()); o.After(last) {
+			last = o
+		}
+		if !last.After(sent) && now.Sub(last) >= probeQuiet {
+			return nil // quiet for a round trip, and for probeQuiet
+		}
+		// Not before probeQuiet without a stream: a fast client is not
+		// probed in a busy loop.
+		if d := min(probeQuiet-now.Sub(last), end.Sub(now)); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-c.ended:
+				return nil
+			}
+		}
+		if !time.Now().Before(end) {
+			return nil
+		}
 	}
 }
 
@@ -322,8 +394,8 @@ func appendFrame(b []byte, typ, flags byte, payload []byte) []byte {
 // done marks the first step over: acked, moot, or failed.
 func (c *h2Conn) done() { c.ackOnce.Do(func() { close(c.acked) }) }
 
-// probeDone ends the wait for the probe's ack.
-func (c *h2Conn) probeDone() { c.probeOnce.Do(func() { close(c.probeAck) }) }
+// probeDone ends the wait for probes' acks: the connection has ended.
+func (c *h2Conn) probeDone() { c.endOnce.Do(func() { close(c.ended) }) }
 
 // Write writes net/http's frames, with the first step in between two of them
 // when it is pending.
@@ -383,10 +455,15 @@ func (c *h2Conn) sawIn(typ, flags byte, payload []byte) {
 	if typ != framePing || flags&flagAck == 0 {
 		return
 	}
-	switch string(payload) {
-	case string(c.probe[:]):
-		c.probeDone()
-	case string(c.token[:]):
+	switch {
+	case len(payload) == 8 && string(payload[:7]) == string(c.probe[:7]):
+		if payload[7] == byte(c.probeSeq.Load()) {
+			select {
+			case c.probeAck <- struct{}{}:
+			default:
+			}
+		}
+	case string(payload) == string(c.token[:]):
 		if !c.pingAcked.Swap(true) {
 			c.settle(time.Now())
 		}
@@ -413,11 +490,19 @@ func (c *h2Conn) settle(ack time.Time) {
 	time.AfterFunc(settleQuiet, check)
 }
 
-// Close closes the connection and ends the waits for acks.
+// Close closes the connection, lingering (linger.go: under TLS, its
+// tlsRaw does), once, and ends the waits for acks.
 func (c *h2Conn) Close() error {
 	c.done()
 	c.probeDone()
-	return c.Conn.Close()
+	if !c.closed.CompareAndSwap(false, true) {
+		return net.ErrClosed
+	}
+	if c.tls != nil {
+		return c.Conn.Close()
+	}
+	c.linger.close(c.Conn)
+	return nil
 }
 
 // frameCursor follows a stream of HTTP/2 frames cut anywhere.

@@ -360,6 +360,8 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 		s.force(h)
 		errs = append(errs, err)
 	}
+	s.t.linger.wait(ctx) // the connections closed lingering, so that none is reset (linger.go); ends by itself
+
 	h.Completed, h.KeepAliveResponses = s.t.counts()
 	h.TLSPendingServed = s.t.pendingServedCount()
 	h.Took = time.Since(start)

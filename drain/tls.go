@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -117,8 +118,9 @@ func (l tlsListener) Accept() (net.Conn, error) {
 // tlsRaw is a connection under TLS, as crypto/tls reads and writes it.
 type tlsRaw struct {
 	net.Conn
-	t  *tracker
-	ci *connInfo // set by ConnContext, before the handshake
+	t      *tracker
+	ci     *connInfo   // set by ConnContext, before the handshake
+	closed atomic.Bool // Close has begun its lingering close (linger.go)
 }
 
 func (c *tlsRaw) Read(p []byte) (int, error) {
@@ -140,6 +142,9 @@ func (c *tlsRaw) Write(p []byte) (int, error) {
 
 // SyscallConn is the connection's own (the drain reads TCP_INFO through it).
 func (c *tlsRaw) SyscallConn() (syscall.RawConn, error) {
+	if c.closed.Load() {
+		return nil, net.ErrClosed // lingering: closed to everyone but the linger
+	}
 	sc, ok := c.Conn.(syscall.Conn)
 	if !ok {
 		return nil, errors.ErrUnsupported
