@@ -10,8 +10,8 @@
 // default each process draws its own random keys, so the tickets a
 // predecessor issued are worthless to its successor. A Keys holds the keys of
 // the lineage: the first generation draws one (New); each generation hands
-// its keys to its successor (Export, Import), which installs them into its
-// tls.Config (Install).
+// its keys to its successor (Export, Import), and its tls.Config issues and
+// accepts tickets with them (Install).
 //
 // Rotation: the first key encrypts until it is RotateEvery old (24 hours by
 // default, as crypto/tls rotates its own), then a fresh key takes its place
@@ -19,9 +19,11 @@
 // a crypto/tls ticket lives) after it stopped encrypting; then it is dropped
 // and zeroed. A restart does not rotate by itself: the successor encrypts
 // with the predecessor's key while it is young, so that the number of keys
-// does not grow with the number of restarts. Install rotates when due; a
-// process that lives longer than RotateEvery calls Rotate (zerodrop.Serve
-// does, see its doc). At most MaxKeys keys are kept; the oldest goes first.
+// does not grow with the number of restarts. The configs of Install check
+// before each ticket they issue whether a rotation is due (Refresh), and use
+// the keys of the moment, whichever clone of the config serves (Install sets
+// the config's WrapSession and UnwrapSession hooks, which clones share): no
+// goroutine, no ticker. At most MaxKeys keys are kept; the oldest goes first.
 //
 // With package handoff, Config.TicketKeys hands the keys over with the
 // sockets; zerodrop.Serve does it for any srv with a TLSConfig.

@@ -9,3 +9,7 @@ var (
 	// wrote: not a sealed memfd, or not of its format.
 	ErrInvalid = errors.New("ticket: not a sealed key memfd")
 )
+
+// ErrHooksSet is returned by Install for a tls.Config whose WrapSession or
+// UnwrapSession is set already: its tickets are someone else's.
+var ErrHooksSet = errors.New("ticket: tls.Config has WrapSession or UnwrapSession set")

@@ -38,19 +38,20 @@ type Keys struct {
 
 	mu     sync.Mutex
 	keys   []*key
-	cfgs   []*tls.Config // Install's, updated at each rotation
+	inner  *tls.Config // holds the keys: its EncryptTicket and DecryptTicket serve Install's hooks
 	closed bool
 	now    func() time.Time // time.Now; tests change it
 }
 
 // New returns Keys holding one fresh random key.
 func New() (*Keys, error) {
-	k := &Keys{now: time.Now}
+	k := &Keys{now: time.Now, inner: &tls.Config{}}
 	nk, err := fresh(k.now())
 	if err != nil {
 		return nil, err
 	}
 	k.keys = []*key{nk}
+	k.apply()
 	return k, nil
 }
 
@@ -88,8 +89,8 @@ func (k *Keys) Len() int {
 func (k *Keys) String() string { return fmt.Sprintf("ticket.Keys(%d keys)", k.Len()) }
 
 // Rotate puts a fresh key first (it encrypts from now on; the others only
-// decrypt), drops keys past their lifetime and updates the configs of
-// Install.
+// decrypt) and drops keys past their lifetime. Every config of Install, and
+// every clone of one, uses the new keys at once.
 func (k *Keys) Rotate() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -100,8 +101,8 @@ func (k *Keys) Rotate() error {
 }
 
 // Refresh rotates if the key that encrypts is RotateEvery old or older, and
-// drops keys past their lifetime. Call it as often as you like (a process
-// that lives longer than RotateEvery calls it from a ticker).
+// drops keys past their lifetime. The configs of Install call it before
+// each ticket they issue; call it as often as you like.
 func (k *Keys) Refresh() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -150,39 +151,67 @@ func (k *Keys) expire() bool {
 	return keep < n
 }
 
-// Install sets k's keys as cfg's session-ticket keys (after a Refresh), and
-// sets them again at each later rotation: call it before cfg is cloned (as
-// http.Server.ServeTLS does), since a clone keeps the keys it was made with.
-// It does not enable tickets that cfg disables (SessionTicketsDisabled).
+// Install makes cfg issue and accept session tickets with k's keys: it sets
+// cfg.WrapSession and cfg.UnwrapSession (which crypto/tls calls for every
+// ticket, TLS 1.2 and 1.3), so that cfg and every clone of it (as
+// http.Server.ServeTLS makes) follow k's rotations, Refresh and Import
+// included; a ticket is issued after a Refresh. It fails with ErrHooksSet if
+// cfg has either hook already, and does not enable tickets that cfg disables
+// (SessionTicketsDisabled). After Close, cfg issues tickets under keys of
+// its own that nobody else has, and resumes none of k's.
 func (k *Keys) Install(cfg *tls.Config) error {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.closed {
+	closed := k.closed
+	k.mu.Unlock()
+	if closed {
 		return ErrClosed
 	}
-	if k.now().Sub(k.keys[0].created) >= k.rotateEvery() {
-		if err := k.rotate(); err != nil {
-			return err
-		}
+	if cfg.WrapSession != nil || cfg.UnwrapSession != nil {
+		return ErrHooksSet
 	}
-	k.expire()
-	k.cfgs = append(k.cfgs, cfg)
-	k.apply()
+	cfg.WrapSession = k.wrap
+	cfg.UnwrapSession = k.unwrap
 	return nil
 }
 
-// apply sets the keys of every installed config. Called with k.mu held.
-func (k *Keys) apply() {
-	if len(k.cfgs) == 0 {
-		return
+// fallback issues the tickets of a config whose Keys are closed: under
+// crypto/tls's own random keys, which no other process has.
+var fallback = &tls.Config{}
+
+// wrap is Install's WrapSession: it encrypts ss under the newest key (after
+// a Refresh; if drawing a fresh key fails, the current one serves on).
+func (k *Keys) wrap(cs tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
+	if k.Refresh() != nil {
+		k.mu.Lock()
+		closed := k.closed
+		k.mu.Unlock()
+		if closed {
+			return fallback.EncryptTicket(cs, ss)
+		}
 	}
+	return k.inner.EncryptTicket(cs, ss)
+}
+
+// unwrap is Install's UnwrapSession: a ticket no key of k decrypts (or
+// any, after Close) is no session (nil, nil): a full handshake follows.
+func (k *Keys) unwrap(identity []byte, cs tls.ConnectionState) (*tls.SessionState, error) {
+	k.mu.Lock()
+	closed := k.closed
+	k.mu.Unlock()
+	if closed {
+		return nil, nil
+	}
+	return k.inner.DecryptTicket(identity, cs)
+}
+
+// apply sets the keys of the inner config. Called with k.mu held (or
+// before k is shared).
+func (k *Keys) apply() {
 	ks := make([][32]byte, len(k.keys))
 	for i, kk := range k.keys {
 		ks[i] = kk.b
 	}
-	for _, c := range k.cfgs {
-		c.SetSessionTicketKeys(ks) // crypto/tls derives its own copies
-	}
+	k.inner.SetSessionTicketKeys(ks) // crypto/tls derives its own copies
 	clear(ks)
 }
 
@@ -210,14 +239,23 @@ func (k *Keys) adopt(theirs []*key) error {
 	return nil
 }
 
-// Close zeroes every key. Configs of Install keep what crypto/tls derived
-// from them. Safe to call more than once.
+// Close zeroes every key and replaces what crypto/tls derived from them by
+// a random key of no use to anyone (crypto/tls does not zero its copies: they
+// are left to the garbage collector). Configs of Install go on without k (see
+// Install). Safe to call more than once.
 func (k *Keys) Close() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.closed {
+		return nil
+	}
 	for _, old := range k.keys {
 		clear(old.b[:])
 	}
-	k.keys, k.cfgs, k.closed = nil, nil, true
+	k.keys, k.closed = nil, true
+	if junk, err := fresh(k.now()); err == nil {
+		k.inner.SetSessionTicketKeys([][32]byte{junk.b})
+		clear(junk.b[:])
+	}
 	return nil
 }

@@ -326,3 +326,58 @@ func TestCloseZeroes(t *testing.T) {
 		t.Fatalf("Export after Close: %v", err)
 	}
 }
+
+// TestCloneFollows: a clone of an installed config (as http.Server.ServeTLS
+// makes) uses the keys k holds now, also those imported after the clone.
+func TestCloneFollows(t *testing.T) {
+	cert := netnstest.NewCert(t)
+	pred, _ := New()
+	defer pred.Close()
+	k, _ := New()
+	defer k.Close()
+	clone := server(t, cert, k).Clone()
+	cc := client(cert)
+	handshake(t, server(t, cert, pred), cc)
+	if handshake(t, clone, cc) {
+		t.Fatal("resumed before the import")
+	}
+	handshake(t, server(t, cert, pred), cc)
+	f, err := pred.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := k.Import(f); err != nil {
+		t.Fatal(err)
+	}
+	if !handshake(t, clone, cc) {
+		t.Fatal("a clone made before the import did not resume the predecessor's ticket")
+	}
+}
+
+// TestInstallHooksSet: a config with session hooks of its own is refused.
+func TestInstallHooksSet(t *testing.T) {
+	k, _ := New()
+	defer k.Close()
+	cfg := &tls.Config{UnwrapSession: func([]byte, tls.ConnectionState) (*tls.SessionState, error) { return nil, nil }}
+	if err := k.Install(cfg); !errors.Is(err, ErrHooksSet) {
+		t.Fatalf("Install: %v, want ErrHooksSet", err)
+	}
+}
+
+// TestAfterClose: an installed config goes on after Close: handshakes
+// succeed, issue tickets, and resume none of k's.
+func TestAfterClose(t *testing.T) {
+	cert := netnstest.NewCert(t)
+	k, _ := New()
+	sc := server(t, cert, k)
+	cc := client(cert)
+	handshake(t, sc, cc)
+	k.Close()
+	if handshake(t, sc, cc) {
+		t.Fatal("resumed a ticket of closed keys")
+	}
+	if handshake(t, sc, cc) {
+		t.Fatal("resumed a ticket issued after Close")
+	}
+}
