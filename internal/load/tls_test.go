@@ -27,6 +27,7 @@ type tlsServer struct {
 	conns   *atomic.Int64
 	byProto map[string]int // "HTTP/2.0 POST": requests
 	plain   int            // requests that did not come over TLS
+	resumed int            // requests on a connection that resumed a session
 	bad     []string       // method and body of the requests with an unexpected body
 }
 
@@ -38,6 +39,8 @@ func newTLSServer(t *testing.T, close bool) *tlsServer {
 		ts.byProto[r.Proto+" "+r.Method]++
 		if r.TLS == nil {
 			ts.plain++
+		} else if r.TLS.DidResume {
+			ts.resumed++
 		}
 		want := r.Method == http.MethodGet && len(b) == 0 ||
 			r.Method == http.MethodPost && (string(b) == postBody || strings.HasPrefix(string(b), "zerodrop-load pool client "))
@@ -246,6 +249,31 @@ func TestTLSConfigErrors(t *testing.T) {
 	} {
 		if _, err := New(cfg); err == nil || !strings.HasPrefix(err.Error(), "load: ") {
 			t.Errorf("New(%+v): %v, want a load: error", cfg, err)
+		}
+	}
+}
+
+// With a ClientSessionCache in Config.TLS, each connection of the raw
+// client (a new one per request here) has a cache of its own, inherited from
+// a connection dropped before: of 40 connections by 4 workers, at most 4
+// (each worker's first) do a full handshake and the others resume. The
+// control, without a cache: none resumes.
+func TestTLSSessionPerConnection(t *testing.T) {
+	for _, cache := range []bool{true, false} {
+		ts := newTLSServer(t, false)
+		cfg := ts.tls()
+		if cache {
+			cfg.ClientSessionCache = tls.NewLRUClientSessionCache(0)
+		}
+		res := run(t, t.Context(), Config{URL: ts.url, TLS: cfg, Concurrency: 4, Requests: 40})
+		if res.Requests != 40 || res.Failed != 0 || res.Dials != 40 {
+			t.Fatalf("requests %d failed %d dials %d, want 40 ok on 40 connections", res.Requests, res.Failed, res.Dials)
+		}
+		ts.mu.Lock()
+		resumed := ts.resumed
+		ts.mu.Unlock()
+		if cache && resumed < 36 || !cache && resumed != 0 {
+			t.Errorf("cache %v: %d of 40 connections resumed, want %s", cache, resumed, map[bool]string{true: "36 or more", false: "0"}[cache])
 		}
 	}
 }
