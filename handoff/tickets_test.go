@@ -3,6 +3,9 @@ package handoff
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +19,8 @@ import (
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"github.com/zerodrop/zerodrop/ticket"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // askTickets is a successor that asks for ticket keys (and not the handoff
@@ -122,7 +127,8 @@ func TestTicketKeysHandedOver(t *testing.T) {
 				path := handoffPath(t)
 				before := netnstest.FDCount(t)
 				pk, sk := newKeys(), newKeys()
-				cfg := Config{Path: path}
+				core, logs := observer.New(zap.DebugLevel)
+				cfg := Config{Path: path, Logger: zap.New(core)}
 				if tc.pred {
 					cfg.TicketKeys = pk
 				}
@@ -145,7 +151,7 @@ func TestTicketKeysHandedOver(t *testing.T) {
 				own.ClientSessionCache = tls.NewLRUClientSessionCache(4)
 				resumed(t, tlsServer(t, cert, sk), own) // one under the successor's own
 
-				scfg := Config{Path: path}
+				scfg := Config{Path: path, Logger: zap.New(core)}
 				if tc.succ {
 					scfg.TicketKeys = sk
 				}
@@ -173,6 +179,7 @@ func TestTicketKeysHandedOver(t *testing.T) {
 				oln.Close()
 				old.Close()
 				settleFDs(t, before)
+				checkNoKeyLogged(t, logs, pk, sk)
 			})
 		}
 	})
@@ -337,4 +344,43 @@ func TestTicketsNotToRefusedPeer(t *testing.T) {
 			t.Fatalf("successor as our uid (the control): %q, want got tickets 1", got)
 		}
 	})
+}
+
+// checkNoKeyLogged fails t if any log entry (message or field, as JSON)
+// holds any 8 consecutive bytes of a key of keys, raw, hex or base64.
+func checkNoKeyLogged(t *testing.T, logs *observer.ObservedLogs, keys ...*ticket.Keys) {
+	t.Helper()
+	var secrets []string
+	for _, k := range keys {
+		f, err := k.Export()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The format: a 16-byte header, then per key 8 bytes of time and 32
+		// of key.
+		for off := 16 + 8; off+32 <= len(b); off += 40 {
+			key := b[off : off+8]
+			secrets = append(secrets, string(key), hex.EncodeToString(key), base64.StdEncoding.EncodeToString(key)[:8])
+		}
+	}
+	if len(logs.All()) == 0 {
+		t.Fatal("nothing logged: the check would prove nothing")
+	}
+	for _, e := range logs.All() {
+		line, err := json.Marshal(e.ContextMap())
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := e.Message + string(line)
+		for _, s := range secrets {
+			if strings.Contains(text, s) {
+				t.Fatalf("a key's bytes logged: %s", text)
+			}
+		}
+	}
 }
