@@ -48,8 +48,8 @@ type rawClient struct {
 	idle   chan *rawConn // kept-alive connections, when keep
 	bufs   sync.Pool     // *bufio.Reader, for new connections
 	// caches, when tls has a ClientSessionCache, are the session caches
-	// of the connections dropped, each taken by the next one dialled (see
-	// Config.TLS).
+	// no connection holds: one per worker, each taken by a connection as it
+	// is dialled and given back when it is dropped (see Config.TLS).
 	caches chan tls.ClientSessionCache
 }
 
@@ -83,31 +83,37 @@ func newRawClient(c Config, u *url.URL) *rawClient {
 	}
 }
 
-// sessionCaches returns the pool of per-connection session caches, or nil
-// if c.TLS has no ClientSessionCache.
+// sessionCaches returns the pool of session caches, one per worker
+// (c.Concurrency: a worker holds at most one connection, so one is free
+// whenever a worker dials), or nil if c.TLS has no ClientSessionCache.
 func sessionCaches(c Config) chan tls.ClientSessionCache {
 	if c.TLS == nil || c.TLS.ClientSessionCache == nil {
 		return nil
 	}
-	return make(chan tls.ClientSessionCache, c.Concurrency)
+	caches := make(chan tls.ClientSessionCache, c.Concurrency)
+	for range c.Concurrency {
+		caches <- tls.NewLRUClientSessionCache(1)
+	}
+	return caches
 }
 
 // clientTLS returns the TLS config of a new connection, and its session
 // cache: with caches, a clone whose cache is that of a connection dropped
-// before (a client that reconnects offers its last ticket), or a new one.
-func (c *rawClient) clientTLS() (*tls.Config, tls.ClientSessionCache) {
+// before (a client that reconnects offers its last ticket). It waits for
+// one (another worker is giving one back) until ctx ends.
+func (c *rawClient) clientTLS(ctx context.Context) (*tls.Config, tls.ClientSessionCache, error) {
 	if c.caches == nil {
-		return c.tls, nil
+		return c.tls, nil, nil
 	}
 	var cache tls.ClientSessionCache
 	select {
 	case cache = <-c.caches:
-	default:
-		cache = tls.NewLRUClientSessionCache(1)
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
 	}
 	cfg := c.tls.Clone()
 	cfg.ClientSessionCache = cache
-	return cfg, cache
+	return cfg, cache, nil
 }
 
 func (c *rawClient) do(ctx context.Context) (string, error) {
@@ -144,8 +150,12 @@ func (c *rawClient) get(ctx context.Context) (*rawConn, error) {
 	}
 	var cache tls.ClientSessionCache
 	if c.tls != nil {
-		var cfg *tls.Config
-		cfg, cache = c.clientTLS()
+		cfg, ca, err := c.clientTLS(ctx)
+		if err != nil {
+			nc.Close()
+			return nil, &localError{err: err, local: nc.LocalAddr().String()}
+		}
+		cache = ca
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
