@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -14,8 +16,41 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zerodrop/zerodrop"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 )
+
+// resumeMain is one generation of an HTTPS service built on Serve with a
+// handoff socket (ZD_SOCK, ZD_ADDR, the certificate in ZD_CERT and ZD_KEY):
+// it answers every request with its pid, and in X-Resumed whether the
+// connection resumed a TLS session (the server's DidResume). It prints
+// "serving <generation> <pid> <addr>" once served and "report <generation>"
+// when Serve returns. ZD_NO_TICKETS=1 sets Options.NoTicketHandoff.
+func resumeMain() {
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil {
+			w.Header().Set("X-Resumed", strconv.FormatBool(r.TLS.DidResume))
+		}
+		fmt.Fprintf(w, "%d\n", os.Getpid())
+	})}
+	cert, err := tls.LoadX509KeyPair(os.Getenv("ZD_CERT"), os.Getenv("ZD_KEY"))
+	if err != nil {
+		fmt.Printf("error %v\n", err)
+		os.Exit(1)
+	}
+	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+	rep, err := zerodrop.Serve(context.Background(), srv, []string{os.Getenv("ZD_ADDR")}, zerodrop.Options{
+		Handoff:         os.Getenv("ZD_SOCK"),
+		Grace:           10 * time.Second,
+		NoTicketHandoff: os.Getenv("ZD_NO_TICKETS") != "",
+		OnServing:       func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },
+	})
+	if err != nil {
+		fmt.Printf("error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+		os.Exit(1)
+	}
+	fmt.Printf("report %d %s\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"))
+}
 
 // resumedGet sends one request on a new connection of c and returns the pid
 // that answered and whether the server resumed the TLS session (its
@@ -96,7 +131,7 @@ func TestServeResumesAcrossGenerations(t *testing.T) {
 				bin := netnstest.ExecutableCopy(t)
 				dir := t.TempDir()
 				addr := "127.0.0.1:8080"
-				env := []string{"ZERODROP_TEST_HELPER=generation", "ZD_SOCK=" + filepath.Join(dir, "handoff.sock"), "ZD_ADDR=" + addr,
+				env := []string{"ZERODROP_TEST_HELPER=resume", "ZD_SOCK=" + filepath.Join(dir, "handoff.sock"), "ZD_ADDR=" + addr,
 					"ZD_CERT=" + cert.CertFile, "ZD_KEY=" + cert.KeyFile}
 				if !keys {
 					env = append(env, "ZD_NO_TICKETS=1")

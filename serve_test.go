@@ -35,14 +35,9 @@ import (
 // pending: TLS connections whose handshake or first request was still to
 // come at the stop, and of those served; close spread: the window the
 // keep-alive connections were told to close over, in ms, from
-// ZD_CLOSE_SPREAD). Over TLS each response says in X-Resumed whether the
-// connection resumed a session (the server's DidResume); ZD_NO_TICKETS=1
-// sets Options.NoTicketHandoff.
+// ZD_CLOSE_SPREAD).
 func generationMain() {
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS != nil {
-			w.Header().Set("X-Resumed", strconv.FormatBool(r.TLS.DidResume))
-		}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "%d\n", os.Getpid())
 	})}
 	if f := os.Getenv("ZD_CERT"); f != "" {
@@ -55,14 +50,13 @@ func generationMain() {
 	}
 	spread, _ := time.ParseDuration(os.Getenv("ZD_CLOSE_SPREAD"))
 	rep, err := zerodrop.Serve(context.Background(), srv, []string{os.Getenv("ZD_ADDR")}, zerodrop.Options{
-		CloseSpread:     spread,
-		Handoff:         os.Getenv("ZD_SOCK"),
-		ReadyPath:       "/ready",
-		Grace:           10 * time.Second,
-		NoConnHandoff:   os.Getenv("ZD_NO_CONN_HANDOFF") != "",
-		NoTicketHandoff: os.Getenv("ZD_NO_TICKETS") != "",
-		Pool:            os.Getenv("ZD_POOL"),
-		OnServing:       func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },
+		CloseSpread:   spread,
+		Handoff:       os.Getenv("ZD_SOCK"),
+		ReadyPath:     "/ready",
+		Grace:         10 * time.Second,
+		NoConnHandoff: os.Getenv("ZD_NO_CONN_HANDOFF") != "",
+		Pool:          os.Getenv("ZD_POOL"),
+		OnServing:     func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },
 	})
 	if err != nil {
 		fmt.Printf("error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
