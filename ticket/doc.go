@@ -46,9 +46,13 @@
 //   - They are never logged, formatted or marshalled: Keys has no exported
 //     field and its String method says how many keys it holds, not what.
 //   - Close zeroes every key; a key dropped by rotation is zeroed when it is
-//     dropped; Import zeroes its buffers. Go cannot promise that no copy
-//     survives elsewhere (crypto/tls derives its own keys from ours in
-//     SetSessionTicketKeys, and keeps them until the config is collected).
+//     dropped; Export and Import zero their buffers, and package handoff
+//     closes the memfd once sent or read (its pages are freed with the last
+//     fd; the kernel zeroes a page before it hands it out again). Go cannot
+//     promise that no copy survives elsewhere: crypto/tls derives keys of
+//     its own from ours (in a config only Keys holds) and does not zero
+//     them; Close replaces them by a random key and leaves the old ones to
+//     the garbage collector.
 //
 // # systemd
 //
@@ -59,7 +63,12 @@
 // FDNAME=zerodrop-tickets; the unit needs FileDescriptorStoreMax= of at least
 // the sockets plus one), and the next start finds it among its activated fds
 // (LISTEN_FDNAMES) and passes it to Import. systemd holds the fd in memory
-// only: nothing is written to disk in the clear. Not done yet: the reading
+// only: nothing is written to disk in the clear; each stop would replace the
+// stored memfd (FDSTOREREMOVE=1, then FDSTORE=1). We prefer this to keys
+// derived from a key the unit supplies as a credential
+// (LoadCredentialEncrypted=): that key lives on disk (encrypted to the host
+// or TPM), and keys derived from it rotate only when the unit's file
+// changes. Not done yet: the reading
 // side. handoff/systemd.Activated refuses any passed fd that is not a socket
 // (ErrNotSocket), so a memfd in the store would fail the next start; it must
 // learn to hand out the fd named zerodrop-tickets as a file (checked by
