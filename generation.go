@@ -52,7 +52,7 @@ const CauseSuccessor = "successor ready"
 
 // Open takes a listener for every address, or none: on error those already
 // taken are closed. Of opts it reads Handoff, PIDFile, AllowUIDs, Listen,
-// Logger, OnHandoff, Signals, UpgradeSignals, Successor, Delay.
+// Logger, OnHandoff, TicketKeys, Signals, UpgradeSignals, Successor, Delay.
 func Open(ctx context.Context, addrs []string, opts Options) (g *Generation, err error) {
 	if len(addrs) == 0 {
 		return nil, ErrNoAddress
@@ -79,7 +79,8 @@ func Open(ctx context.Context, addrs []string, opts Options) (g *Generation, err
 		if cfg.Migration == reuseport.MigrationWarn {
 			cfg.Migration = reuseport.MigrationIgnore // a handoff-only service does not migrate
 		}
-		g.u, err = handoff.New(ctx, handoff.Config{Path: opts.Handoff, PIDFile: opts.PIDFile, AllowUIDs: opts.AllowUIDs, Listen: cfg, Logger: opts.Logger, OnHandoff: opts.OnHandoff})
+		g.u, err = handoff.New(ctx, handoff.Config{Path: opts.Handoff, PIDFile: opts.PIDFile, AllowUIDs: opts.AllowUIDs, Listen: cfg, Logger: opts.Logger, OnHandoff: opts.OnHandoff,
+			TicketKeys: opts.TicketKeys})
 		if err != nil {
 			return g, err
 		}

@@ -10,6 +10,7 @@ import (
 func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("generation", generationMain)
 	netnstest.RegisterHelper("activated", activatedMain)
+	netnstest.RegisterHelper("resume", resumeMain)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }

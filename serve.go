@@ -15,6 +15,7 @@ import (
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/ticket"
 	"go.uber.org/zap"
 )
 
@@ -82,6 +83,19 @@ type Options struct {
 	// much longer (see drain.Server.CloseSpread for its cost over HTTP/2).
 	// Zero (the default): all at once.
 	CloseSpread time.Duration
+	// TicketKeys are the TLS session-ticket keys handed to the successor
+	// with the listeners, and taken from the predecessor
+	// (handoff.Config.TicketKeys), so that a TLS client reconnecting after
+	// a restart resumes its session instead of a full handshake. Serve,
+	// for a srv with a TLSConfig and Handoff, makes them when nil and
+	// installs them into its TLSConfig (see Serve); set them for a server
+	// Serve does not run (Open, package grpc's Serve) and install them
+	// yourself (ticket.Keys.Install).
+	TicketKeys *ticket.Keys
+	// NoTicketHandoff keeps Serve from making and installing TicketKeys:
+	// for a TLSConfig whose tickets are managed elsewhere (keys a fleet
+	// shares, set with SetSessionTicketKeys).
+	NoTicketHandoff bool
 	// Grace bounds the drain; default 30 s.
 	Grace time.Duration
 	// Hijacked is every listener's drain.Server.Hijacked: if set, it is
@@ -128,7 +142,12 @@ var ErrNoAddress = errors.New("zerodrop: no address to serve")
 //
 // A srv with a TLSConfig is served over TLS (drain.Server.ServeTLS, with the
 // certificates of its TLSConfig: Certificates, GetCertificate or
-// GetConfigForClient), HTTP/2 offered by ALPN as net/http does.
+// GetConfigForClient), HTTP/2 offered by ALPN as net/http does. With
+// Handoff, its session-ticket keys go to the successor with the sockets
+// (Options.TicketKeys), so that clients resume their sessions across
+// restarts: Serve replaces srv.TLSConfig by a clone whose WrapSession and
+// UnwrapSession are the keys' (ticket.Keys.Install), unless
+// Options.NoTicketHandoff, Options.TicketKeys or either hook is set.
 //
 // srv serves the first address; each further one is served by a copy of
 // srv's exported fields (its RegisterOnShutdown functions run for the first
@@ -145,6 +164,11 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 	if log == nil {
 		log = zap.NewNop()
 	}
+	closeKeys, err := serveTickets(srv, &opts)
+	if err != nil {
+		return nil, err
+	}
+	defer closeKeys()
 	gen, err := Open(ctx, addrs, opts)
 	if err != nil {
 		return nil, err
@@ -189,6 +213,27 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 	rep, err = shutdown(cause, delay)
 	g.Linger(ctx, cause)
 	return rep, err
+}
+
+// serveTickets makes opts.TicketKeys for srv and installs them into a clone
+// of its TLSConfig, when Serve does (see Serve), and returns what closes
+// them once Serve is done.
+func serveTickets(srv *http.Server, opts *Options) (func(), error) {
+	c := srv.TLSConfig
+	if c == nil || opts.Handoff == "" || opts.NoTicketHandoff || opts.TicketKeys != nil || c.WrapSession != nil || c.UnwrapSession != nil {
+		return func() {}, nil
+	}
+	keys, err := ticket.New()
+	if err != nil {
+		return nil, err
+	}
+	c = c.Clone()
+	if err := keys.Install(c); err != nil {
+		keys.Close()
+		return nil, err
+	}
+	srv.TLSConfig, opts.TicketKeys = c, keys
+	return func() { keys.Close() }, nil
 }
 
 // generationSet is a Generation and the siblings of Options.Pool.

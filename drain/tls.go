@@ -23,7 +23,10 @@ import (
 // the report counts them (HTTPReport.TLSPending, TLSPendingServed). HTTP/2
 // connections are never closed as idle: each is told to go away in RFC
 // 9113's two steps (see "TLS and HTTP/2" in the package doc), and its streams
-// finish.
+// finish. A client told to leave reconnects to the successor, which resumes
+// its session only if it has the session-ticket keys: install a
+// ticket.Keys into HTTP.TLSConfig and hand it over (handoff.Config.TicketKeys;
+// zerodrop.Serve does both).
 func (s *Server) ServeTLS(l net.Listener, certFile, keyFile string) error {
 	return s.serve(l, func(dl net.Listener) error {
 		return s.HTTP.ServeTLS(tlsListener{dl, s.t}, certFile, keyFile)

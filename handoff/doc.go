@@ -167,6 +167,25 @@
 // path a live listener answers on (ErrPathInUse) and replaces a stale
 // socket file.
 //
+// # Session-ticket keys
+//
+// A TLS client that reconnects after a restart resumes its session only if
+// the successor can decrypt the ticket the predecessor gave it. With
+// Config.TicketKeys (a *ticket.Keys) on both sides, the keys travel with
+// the sockets: the successor's hello asks for them ("tickets":true), the
+// offer says they follow, and after the fd batches the predecessor sends one
+// fd, a memfd sealed against any change (ticket.Keys.Export), never the key
+// bytes in a frame; the successor checks that it is such a memfd
+// (ticket.Keys.Import) and installs the keys (the predecessor's newest goes
+// on encrypting while young; the others decrypt for the tickets' lifetime:
+// see package ticket). Only a successor that passed the credential checks
+// above (SO_PEERCRED: our UID or AllowUIDs) gets that far; an observer never
+// gets keys; nothing about them is logged but their number. A memfd the
+// successor cannot import fails the handoff ("validation"; the predecessor
+// keeps serving). zerodrop.Serve sets TicketKeys for a server with a
+// TLSConfig. Without TicketKeys on either side nothing changes: a release
+// before this one neither asks nor sends (see the wire protocol).
+//
 // # Wire protocol (version 2)
 //
 // A SOCK_STREAM unix socket. Each frame is a 4-byte big-endian payload length
@@ -186,6 +205,8 @@
 //	for each batch of up to 253 sockets, in offer order:
 //	P -> S  {"type":"fds","first":F,"count":K} + SCM_RIGHTS with exactly K fds
 //	S -> P  {"type":"ack","received":F+K}
+//	if the offer carried "tickets":true (S asked with "tickets":true in its hello):
+//	P -> S  {"type":"tickets","count":1} + SCM_RIGHTS with one sealed memfd
 //	if both hellos carried "handoff":true:
 //	P -> S  {"type":"handoff","sockets":[{"name":"handoff","kind":"unix-listener",
 //	         "network":"unix","address":"@name" or "<dir>/.<base>.<pid>.tmp"}]}
@@ -242,7 +263,14 @@
 // offer ("digest" is the hash over the first release's option table,
 // reuseport.Digest.LegacyString). A predecessor of the release before refuses
 // the key ("protocol", naming it; not counted as a failure), and the
-// successor says hello again without it. Keys are matched exactly (case-sensitively), and
+// successor says hello again without it. "tickets" works the same way: a
+// successor with Config.TicketKeys says "tickets":true; a predecessor of a
+// release before refuses the key and gets a hello without it (no keys pass,
+// clients do a full handshake after the restart, as before); a predecessor
+// of this release answers an older successor, which never asks, without
+// keys. A predecessor without TicketKeys sends an offer without "tickets",
+// and the successor keeps its own keys; an offer with "tickets" to a
+// successor that did not ask is a protocol error. Keys are matched exactly (case-sensitively), and
 // a key that is unknown or repeated, in a frame or an offered socket, is a
 // protocol error: the hello's keys are therefore the same in every version,
 // so that a peer of another version is told "version". No frame may carry

@@ -83,9 +83,12 @@ type handshake struct {
 	cfg *Config
 	log *zap.Logger
 	in  *inherited
-	// noValues, noMax: the predecessor is of a release that refuses the
-	// hello's "options" key, or its "max_version" key (see refusedKey).
-	noValues, noMax bool
+	// noValues, noMax, noTickets: the predecessor is of a release that
+	// refuses the hello's "options" key, its "max_version" key, or its
+	// "tickets" key (see refusedKey).
+	noValues, noMax, noTickets bool
+	// tickets: the offer says a tickets frame follows the fd batches.
+	tickets bool
 }
 
 // expect turns an error frame into a *RemoteError and an unexpected frame
@@ -159,7 +162,7 @@ func refusedKey(f *frame) string {
 	if f.Type != typeError || f.Code != codeProtocol {
 		return ""
 	}
-	for _, key := range []string{"max_version", "options"} {
+	for _, key := range []string{"max_version", "options", "tickets"} {
 		if strings.Contains(f.Message, fmt.Sprintf("unknown key %q", key)) {
 			return key
 		}
@@ -216,9 +219,12 @@ func (h *handshake) connect(ctx, dctx context.Context) (fresh bool, err error) {
 		if errors.As(err, &rk) {
 			// An older predecessor: say hello as its release does (once
 			// per key; it does not count as a redial).
-			if rk == "options" {
+			switch rk {
+			case "options":
 				h.noValues = true
-			} else {
+			case "tickets":
+				h.noTickets = true
+			default:
 				h.noMax = true
 			}
 			i--
@@ -276,7 +282,9 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	if hook := testHookHello.Load(); hook != nil {
 		(*hook)()
 	}
-	if err := c.send(helloFrame(roleSuccessor, 0, !h.noValues, !h.noMax), nil); err != nil {
+	hello := helloFrame(roleSuccessor, 0, !h.noValues, !h.noMax)
+	hello.Tickets = h.cfg.TicketKeys != nil && !h.noTickets
+	if err := c.send(hello, nil); err != nil {
 		return c.answeredFirst(err)
 	}
 	f, _, err := c.recv(0)
@@ -290,7 +298,7 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 		return err
 	}
 	switch key := refusedKey(f); {
-	case key == "options" && !h.noValues, key == "max_version" && !h.noMax:
+	case key == "options" && !h.noValues, key == "max_version" && !h.noMax, key == "tickets" && !h.noTickets && hello.Tickets:
 		return refusedKeyError(key)
 	}
 	if err := expect(f, typeHello); err != nil {
@@ -313,16 +321,20 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	if err != nil {
 		return err
 	}
-	if f.Handoff {
-		if h.in.hln, err = h.receiveSelf(c); err != nil {
-			if !predecessorGone(err) { // else they are live: keep them, as receive does
-				for _, s := range socks {
-					s.close()
-				}
-				h.in.socks = nil
+	if h.tickets {
+		err = h.receiveTickets(c)
+	}
+	if err == nil && f.Handoff {
+		h.in.hln, err = h.receiveSelf(c)
+	}
+	if err != nil {
+		if !predecessorGone(err) { // else they are live: keep them, as receive does
+			for _, s := range socks {
+				s.close()
 			}
-			return err
+			h.in.socks = nil
 		}
+		return err
 	}
 	h.in.pred = c
 	h.log.Info("received sockets", zap.String("event", "handoff.received"), zap.Int("count", len(socks)), zap.Duration("took", time.Since(start)))
@@ -347,6 +359,10 @@ func (h *handshake) receive(c *conn) (_ []*socket, err error) {
 		return nil, err
 	}
 	offer, sets := f.Sockets, f.OptionSets
+	if f.Tickets && (h.cfg.TicketKeys == nil || h.noTickets) {
+		return nil, &FrameError{Type: typeOffer, Err: ErrProtocol, Detail: "offers ticket keys, which we did not ask for"}
+	}
+	h.tickets = f.Tickets
 	socks := make([]*socket, len(offer))
 	errs := make([]error, len(offer))
 	var failed atomic.Bool
@@ -523,4 +539,28 @@ func (h *handshake) receiveSelf(c *conn) (*net.UnixListener, error) {
 		return nil, err
 	}
 	return o.ln.(*net.UnixListener), nil
+}
+
+// receiveTickets reads the tickets frame and imports its keys (a sealed
+// memfd, checked by ticket.Keys.Import) into Config.TicketKeys. The memfd is
+// closed here; its content is never logged.
+func (h *handshake) receiveTickets(c *conn) error {
+	f, fds, err := c.recv(1)
+	if err == nil {
+		err = expect(f, typeTickets)
+	}
+	if err == nil && len(fds) != 1 {
+		err = &FrameError{Type: typeTickets, Err: ErrFDCount, Detail: fmt.Sprintf("%d fds, want 1", len(fds))}
+	}
+	if err != nil {
+		closeFDs(fds)
+		return err
+	}
+	mf := os.NewFile(uintptr(fds[0]), "tickets")
+	defer mf.Close()
+	if err := h.cfg.TicketKeys.Import(mf); err != nil {
+		return &FrameError{Type: typeTickets, Err: ErrValidation, Detail: err.Error()}
+	}
+	h.log.Info("received session-ticket keys", zap.String("event", "handoff.tickets"), zap.Int("keys", h.cfg.TicketKeys.Len()))
+	return nil
 }

@@ -81,6 +81,12 @@ func rawSuccessor(path, script string) error {
 		send = rawFrame(5, "{nope")
 	case "ack":
 		return wrongAck(c)
+	case "tickets":
+		got, err := askTickets(c)
+		if err == nil {
+			fmt.Println(got)
+		}
+		return err
 	default:
 		return fmt.Errorf("unknown script %q", script)
 	}

@@ -207,7 +207,7 @@ func (u *Upgrader) serve(s *server, pidTmp string, told bool) error {
 // registry's snapshot as its offer, and successorReady.
 func (u *Upgrader) serverConfig() serverConfig {
 	return serverConfig{path: u.cfg.Path, gen: u.inh.gen, timeout: u.cfg.Timeout, readyTimeout: u.cfg.ReadyTimeout, allowUIDs: u.cfg.AllowUIDs,
-		onHandoff: u.cfg.OnHandoff, log: u.log, offer: u.reg.offer, onReady: u.successorReady}
+		onHandoff: u.cfg.OnHandoff, log: u.log, offer: u.reg.offer, onReady: u.successorReady, tickets: u.cfg.TicketKeys}
 }
 
 // successorReady is told by our server that a successor is ready: its

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/shared"
+	"github.com/zerodrop/zerodrop/ticket"
 	"go.uber.org/zap"
 )
 
@@ -33,6 +34,7 @@ type serverConfig struct {
 	readyTimeout time.Duration
 	allowUIDs    []uint32
 	onHandoff    func(Result, error) // Config.OnHandoff, or nil
+	tickets      *ticket.Keys        // Config.TicketKeys, or nil
 	log          *zap.Logger
 	// offer returns the sockets to hand over: a snapshot, in order.
 	offer func() []*socket
@@ -368,7 +370,9 @@ func (s *server) transfer(c *conn, h, hello *frame, log *zap.Logger, res *Result
 	socks := s.cfg.offer()
 	res.Sockets = len(socks)
 	share(socks, true)
-	if err := c.send(offerFrame(socks, hello.Options), nil); err != nil {
+	offer := offerFrame(socks, hello.Options)
+	offer.Tickets = hello.Tickets && s.cfg.tickets != nil
+	if err := c.send(offer, nil); err != nil {
 		return err
 	}
 	for first := 0; first < len(socks); first += BatchFDs {
@@ -394,12 +398,18 @@ func (s *server) transfer(c *conn, h, hello *frame, log *zap.Logger, res *Result
 			return err
 		}
 	}
+	if offer.Tickets {
+		if err := sendTickets(c, s.cfg.tickets); err != nil {
+			return err
+		}
+	}
 	if hello.Handoff {
 		if err := s.sendSelf(c); err != nil {
 			return err
 		}
 	}
-	log.Info("sockets handed over; waiting for ready", zap.String("event", "handoff.sent"), zap.Int("count", len(socks)), zap.Bool("handoff_socket", hello.Handoff), zap.Duration("took", time.Since(start)))
+	log.Info("sockets handed over; waiting for ready", zap.String("event", "handoff.sent"), zap.Int("count", len(socks)), zap.Bool("handoff_socket", hello.Handoff),
+		zap.Bool("tickets", offer.Tickets), zap.Duration("took", time.Since(start)))
 	return s.awaitReady(c, log, start)
 }
 
@@ -429,6 +439,20 @@ func offerFrame(socks []*socket, values bool) *frame {
 		f.Sockets[i].Digest = key
 	}
 	return f
+}
+
+// sendTickets sends the session-ticket keys: a sealed memfd of
+// keys.Export, closed here once sent. Only a successor that passed the peer
+// checks gets this far.
+func sendTickets(c *conn, keys *ticket.Keys) error {
+	mf, err := keys.Export()
+	if err != nil {
+		return err
+	}
+	defer mf.Close()
+	return linux.Control(mf, func(fd int) error {
+		return c.send(&frame{Type: typeTickets, Count: 1}, []int{fd})
+	})
 }
 
 // sendSelf sends our handoff listening socket, declared with the name it

@@ -11,6 +11,7 @@ import (
 	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/ticket"
 	"go.uber.org/zap"
 )
 
@@ -38,6 +39,15 @@ type Config struct {
 	// directory is checked like Path's; its temporary name is created
 	// without following links, before the predecessor is told anything.
 	PIDFile string
+	// TicketKeys, if set, are the TLS session-ticket keys handed over with
+	// the sockets, so that clients resume their sessions in the successor:
+	// New imports the predecessor's into them (ticket.Keys.Import), and the
+	// handoff server exports them to a successor that asks (one that passed
+	// the peer checks), as a sealed memfd over the handoff socket; see
+	// "Session-ticket keys" in the package doc. Install them into the
+	// tls.Config that serves (ticket.Keys.Install). A peer of an older
+	// release neither asks for nor sends keys: the handoff goes on without.
+	TicketKeys *ticket.Keys
 	// Logger receives each step of a handoff; nil means no logging.
 	Logger *zap.Logger
 	// OnHandoff, if set, is called in the process handing its sockets over,

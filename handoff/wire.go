@@ -43,6 +43,10 @@ const (
 	// typeConns carries connected sockets (version 2), after done: one
 	// batch of up to BatchFDs fds, declared in Conns, acked like fds.
 	typeConns = "conns"
+	// typeTickets carries the TLS session-ticket keys (one fd: a sealed
+	// memfd of ticket.Keys.Export), after the fd batches, when the
+	// successor asked for them (hello "tickets") and the offer says so.
+	typeTickets = "tickets"
 	// typeHandoff carries the predecessor's handoff listening socket itself
 	// (one fd, declared in Sockets), so that the handoff name stays bound.
 	typeHandoff = "handoff"
@@ -99,6 +103,11 @@ type frame struct {
 	// may carry OptionSets (a predecessor of an older release refuses the
 	// key, and the successor says hello again without it).
 	Options bool `json:"options,omitempty"`
+	// Tickets in a successor's hello: it takes TLS session-ticket keys (a
+	// predecessor of an older release refuses the key, and the successor
+	// says hello again without it); in an offer: a tickets frame follows
+	// the fd batches.
+	Tickets bool `json:"tickets,omitempty"`
 	// OptionSets in an offer: the option values of the offered inet
 	// sockets, keyed by name, one set per distinct digest, keyed by it.
 	OptionSets map[string]map[string]string `json:"option_sets,omitempty"`
@@ -359,6 +368,10 @@ func (f *frame) check() error {
 		}
 		if state > MaxFrame/2 {
 			return fmt.Errorf("conns batch carries %d state bytes, limit %d", state, MaxFrame/2)
+		}
+	case typeTickets:
+		if f.Count != 1 {
+			return fmt.Errorf("tickets frame declares %d fds, want 1", f.Count)
 		}
 	case typeAck:
 		if f.Received < 0 {

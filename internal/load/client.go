@@ -47,11 +47,16 @@ type rawClient struct {
 	keep   bool
 	idle   chan *rawConn // kept-alive connections, when keep
 	bufs   sync.Pool     // *bufio.Reader, for new connections
+	// caches, when tls has a ClientSessionCache, are the session caches
+	// no connection holds: one per worker, each taken by a connection as it
+	// is dialled and given back when it is dropped (see Config.TLS).
+	caches chan tls.ClientSessionCache
 }
 
 type rawConn struct {
 	net.Conn
-	br *bufio.Reader
+	br    *bufio.Reader
+	cache tls.ClientSessionCache // its session cache, or nil
 }
 
 func newRawClient(c Config, u *url.URL) *rawClient {
@@ -74,7 +79,41 @@ func newRawClient(c Config, u *url.URL) *rawClient {
 		header: c.Header,
 		keep:   c.KeepAlive,
 		idle:   make(chan *rawConn, c.Concurrency),
+		caches: sessionCaches(c),
 	}
+}
+
+// sessionCaches returns the pool of session caches, one per worker
+// (c.Concurrency: a worker holds at most one connection, so one is free
+// whenever a worker dials), or nil if c.TLS has no ClientSessionCache.
+func sessionCaches(c Config) chan tls.ClientSessionCache {
+	if c.TLS == nil || c.TLS.ClientSessionCache == nil {
+		return nil
+	}
+	caches := make(chan tls.ClientSessionCache, c.Concurrency)
+	for range c.Concurrency {
+		caches <- tls.NewLRUClientSessionCache(1)
+	}
+	return caches
+}
+
+// clientTLS returns the TLS config of a new connection, and its session
+// cache: with caches, a clone whose cache is that of a connection dropped
+// before (a client that reconnects offers its last ticket). It waits for
+// one (another worker is giving one back) until ctx ends.
+func (c *rawClient) clientTLS(ctx context.Context) (*tls.Config, tls.ClientSessionCache, error) {
+	if c.caches == nil {
+		return c.tls, nil, nil
+	}
+	var cache tls.ClientSessionCache
+	select {
+	case cache = <-c.caches:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	cfg := c.tls.Clone()
+	cfg.ClientSessionCache = cache
+	return cfg, cache, nil
 }
 
 func (c *rawClient) do(ctx context.Context) (string, error) {
@@ -109,10 +148,18 @@ func (c *rawClient) get(ctx context.Context) (*rawConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	var cache tls.ClientSessionCache
 	if c.tls != nil {
-		tc := tls.Client(nc, c.tls)
+		cfg, ca, err := c.clientTLS(ctx)
+		if err != nil {
+			nc.Close()
+			return nil, &localError{err: err, local: nc.LocalAddr().String()}
+		}
+		cache = ca
+		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
+			c.putCache(cache)
 			return nil, &localError{err: err, local: nc.LocalAddr().String()}
 		}
 		nc = tc
@@ -123,13 +170,26 @@ func (c *rawClient) get(ctx context.Context) (*rawConn, error) {
 	} else {
 		br.Reset(nc)
 	}
-	return &rawConn{Conn: nc, br: br}, nil
+	return &rawConn{Conn: nc, br: br, cache: cache}, nil
 }
 
 func (c *rawClient) drop(conn *rawConn) {
 	conn.Close()
 	conn.br.Reset(nil)
 	c.bufs.Put(conn.br)
+	c.putCache(conn.cache)
+}
+
+// putCache hands a dropped connection's session cache to the next one
+// dialled.
+func (c *rawClient) putCache(cache tls.ClientSessionCache) {
+	if cache == nil {
+		return
+	}
+	select {
+	case c.caches <- cache:
+	default:
+	}
 }
 
 // exchange sends the request on conn and reads the whole reply, within ctx.

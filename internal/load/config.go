@@ -22,7 +22,12 @@ type Config struct {
 	// tls.Config, the system's roots), in every mode: a handshake per
 	// request with a new connection per request, one per connection kept
 	// alive. Its ServerName defaults to the URL's host. Set with an http
-	// URL, it is an error.
+	// URL, it is an error. With a ClientSessionCache, the hand-written
+	// client (HTTP/1.1, Transport false) keeps a session cache per worker
+	// instead (the one given is not used): a connection takes one as it is
+	// dialled and gives it back when dropped, so a reconnection offers the
+	// ticket of a connection before it, as each of many distinct clients
+	// would, and each worker's first connection has none.
 	TLS *tls.Config
 
 	// HTTP2 sends the requests over HTTP/2, which needs an https URL:

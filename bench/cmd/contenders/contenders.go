@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
 // A contender is a server and its way of restarting. Its methods are called
@@ -44,6 +45,17 @@ type runEnv struct {
 	extra     []string // environment of every worker (TLS certificate)
 	gen       int      // last generation started
 	bpfDir    string   // a bpf filesystem, for contenders that need one
+	// tls sums the TLS handshakes the workers report at exit; readers
+	// counts the goroutines reading workers' stdout (see readReady).
+	tls     handshakeCount
+	readers sync.WaitGroup
+}
+
+// handshakeCount is TLS handshakes served, full and resumed (the server's
+// DidResume), as workers report them ("tls <pid> <full> <resumed>").
+type handshakeCount struct {
+	Full    atomic.Int64 `json:"-"`
+	Resumed atomic.Int64 `json:"-"`
 }
 
 // binFor returns the binary that runs worker mode: workerBin-mode if it

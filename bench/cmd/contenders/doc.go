@@ -55,8 +55,14 @@
 // default) with a self-signed ECDSA certificate each run child makes for
 // 127.0.0.1 (netnstest.WriteCert) and passes to its workers
 // (worker.EnvTLSCert, EnvTLSKey), and the load speaks HTTP/1.1 over TLS
-// trusting only that certificate: a new connection and a full handshake per
-// request, or kept alive with -keepalive. zd-handoff's worker then hands no
+// trusting only that certificate, with a session cache its clients share (a
+// reconnection offers the last ticket): a new connection per request, or
+// kept alive with -keepalive. Each Go worker counts the handshakes it served,
+// full and resumed (the server's DidResume), and results.md adds a table of
+// them: the share of reconnections that resumed, and full handshakes per
+// restart. zd-tickets is zd-handoff whose session-ticket keys go to the
+// successor (handoff.Config.TicketKeys, worker.EnvTickets), so that its
+// clients resume across restarts. zd-handoff's worker then hands no
 // connection over (TLS connections cannot be passed): its predecessor drains
 // them. Over TLS, zerodrop's workers (zd-drain, zd-handoff, ...) drain with
 // drain.Server.CloseSpread (worker.DefaultCloseSpread, 500 ms; the

@@ -64,7 +64,8 @@ func (e *runEnv) startWorker(ctx context.Context, mode, gen string, env []string
 		return nil, fmt.Errorf("start worker %s: %w", mode, err)
 	}
 	lines := make(chan int, 16)
-	go readReady(r, lines)
+	e.readers.Add(1)
+	go func() { defer e.readers.Done(); readReady(r, lines, &e.tls) }()
 	p.lines = lines
 	if _, err := p.nextReady(ctx); err != nil {
 		p.kill()
@@ -84,13 +85,23 @@ func startProc(cmd *exec.Cmd) (*proc, error) {
 }
 
 // readReady sends the pid of every "ready <pid> <gen>" line of r to lines,
+// and adds the handshakes of every "tls <pid> <full> <resumed>" line to hs,
 // until every writer has closed the pipe. A full channel drops lines: nobody
 // waits for them.
-func readReady(r *os.File, lines chan<- int) {
+func readReady(r *os.File, lines chan<- int, hs *handshakeCount) {
 	defer r.Close()
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
+		if len(f) == 4 && f[0] == "tls" {
+			full, ferr := strconv.ParseInt(f[2], 10, 64)
+			resumed, rerr := strconv.ParseInt(f[3], 10, 64)
+			if ferr == nil && rerr == nil {
+				hs.Full.Add(full)
+				hs.Resumed.Add(resumed)
+			}
+			continue
+		}
 		if len(f) < 2 || f[0] != "ready" {
 			continue
 		}

@@ -61,8 +61,18 @@ type summary struct {
 	H2load          bool             `json:"h2load,omitempty"`
 	H2loadTotal     netnstest.H2load `json:"h2load_total"`
 	FailingRestarts int              `json:"failing_restarts,omitempty"`
-	Skipped         string           `json:"skipped,omitempty"`
-	Errors          []string         `json:"errors,omitempty"`
+	// TLS handshakes the Go workers served, full and resumed, over the
+	// repetitions that report them (TLSReps); ResumedShare is resumed /
+	// reconnections (every handshake but each client's first: Concurrency
+	// per repetition), FullPerRestart is (full - Concurrency per
+	// repetition) / restarts.
+	HandshakesFull    int64    `json:"handshakes_full,omitempty"`
+	HandshakesResumed int64    `json:"handshakes_resumed,omitempty"`
+	TLSReps           int      `json:"tls_reps,omitempty"`
+	ResumedShare      float64  `json:"resumed_share,omitempty"`
+	FullPerRestart    float64  `json:"full_handshakes_per_restart,omitempty"`
+	Skipped           string   `json:"skipped,omitempty"`
+	Errors            []string `json:"errors,omitempty"`
 }
 
 // summarize groups runs by contender and concurrency, in the order they ran.
@@ -97,6 +107,11 @@ func (s *summary) add(r runResult) {
 		s.Errors = append(s.Errors, fmt.Sprintf("rep %d: %s", r.Spec.Rep, r.Error))
 	}
 	s.Restarts += r.Restarts
+	if h := r.Handshakes; h != nil {
+		s.HandshakesFull += h.Full
+		s.HandshakesResumed += h.Resumed
+		s.TLSReps++
+	}
 	c := &s.Counters
 	d := r.Counters
 	c.MigrateReqSuccess += d.MigrateReqSuccess
@@ -158,6 +173,13 @@ func (s *summary) finish(runs []runResult) {
 	if s.Pool > 0 && s.Restarts > 0 {
 		s.ReconnectsPerRestart = float64(s.Dials-int64(s.Pool*len(s.DialsPerRep))) / float64(s.Restarts)
 	}
+	first := int64(s.Concurrency * s.TLSReps) // each client's first handshake
+	if re := s.HandshakesFull + s.HandshakesResumed - first; s.TLSReps > 0 && re > 0 {
+		s.ResumedShare = float64(s.HandshakesResumed) / float64(re)
+	}
+	if s.TLSReps > 0 && s.Restarts > 0 {
+		s.FullPerRestart = float64(s.HandshakesFull-first) / float64(s.Restarts)
+	}
 }
 
 func median(v []float64) float64 {
@@ -197,6 +219,7 @@ func writeMarkdown(w io.Writer, rows []summary) {
 			classes, steady, around, ratio)
 	}
 	writePool(w, rows)
+	writeHandshakes(w, rows)
 	writeHTTP2(w, rows)
 	writeH2load(w, rows)
 	fmt.Fprintln(w, "\nKernel counters, deltas summed over the repetitions (each run in its own namespace):")
@@ -236,6 +259,18 @@ func writePool(w io.Writer, rows []summary) {
 		func(s summary) string {
 			return fmt.Sprintf("| %s | %d | %d | %d (%s) | %d (%s) | %.2f |", s.Contender, s.Pool, s.Restarts,
 				s.Failed, joinInts(s.FailedPerRep), s.Dials, joinInts(s.DialsPerRep), s.ReconnectsPerRestart)
+		})
+}
+
+// writeHandshakes writes the table of the TLS handshakes the Go workers
+// served, if any reported them.
+func writeHandshakes(w io.Writer, rows []summary) {
+	writeExtra(w, rows, func(s summary) bool { return s.TLSReps > 0 },
+		"TLS handshakes the Go workers served (server side: DidResume); reconnections = handshakes - c per repetition (each client's first is full), resumed share = resumed / reconnections, full per restart = (full - c per repetition) / restarts:",
+		"| contender | c | restarts | full | resumed | reconnections resumed | full handshakes per restart |",
+		func(s summary) string {
+			return fmt.Sprintf("| %s | %d | %d | %d | %d | %.1f%% | %.1f |", s.Contender, s.Concurrency, s.Restarts,
+				s.HandshakesFull, s.HandshakesResumed, 100*s.ResumedShare, s.FullPerRestart)
 		})
 }
 

@@ -102,8 +102,11 @@ type runResult struct {
 	Counters  reuseport.Counters `json:"counters"` // deltas over the run
 	Load      *load.Result       `json:"load,omitempty"`
 	H2load    *h2loadResult      `json:"h2load,omitempty"` // instead of Load, with -h2load
-	Skipped   string             `json:"skipped,omitempty"`
-	Error     string             `json:"error,omitempty"`
+	// Handshakes are the TLS handshakes the Go workers served (-tls, -h2),
+	// as they report them at exit.
+	Handshakes *handshakes `json:"handshakes,omitempty"`
+	Skipped    string      `json:"skipped,omitempty"`
+	Error      string      `json:"error,omitempty"`
 }
 
 // findSpec returns the contender named name.
@@ -170,7 +173,10 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 			return fmt.Errorf("certificate: %w", err)
 		}
 		env.extra = []string{worker.EnvTLSCert + "=" + cert.CertFile, worker.EnvTLSKey + "=" + cert.KeyFile}
-		url, clientTLS = "https://"+env.addr+"/", &tls.Config{RootCAs: cert.Pool}
+		// A session cache, shared by the clients, as a browser's or a
+		// client library's: a reconnection offers the last ticket the
+		// server issued and resumes if the server still decrypts it.
+		url, clientTLS = "https://"+env.addr+"/", &tls.Config{RootCAs: cert.Pool, ClientSessionCache: tls.NewLRUClientSessionCache(0)}
 	}
 	if sp.bpf {
 		if env.bpfDir, err = mountBPF(dir); err != nil {
@@ -215,6 +221,9 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	}
 	serr := c.stop(ctx)
 	res.Restarts, res.RestartMS, res.Load, res.Counters = len(took), took, out.r, after.Sub(before)
+	if clientTLS != nil {
+		res.Handshakes = env.handshakes()
+	}
 	for _, err := range []error{rerr, out.err, cerr, serr} {
 		if err != nil {
 			return err
@@ -284,4 +293,27 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// handshakes are TLS handshakes served in a run.
+type handshakes struct {
+	Full    int64 `json:"full"`
+	Resumed int64 `json:"resumed"`
+}
+
+// handshakes waits (at most 5 s) until every worker's stdout has been read
+// to its end, and returns the handshakes they reported; nil if none did (a
+// contender whose servers are not Go workers, such as nginx).
+func (e *runEnv) handshakes() *handshakes {
+	done := make(chan struct{})
+	go func() { e.readers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+	h := &handshakes{Full: e.tls.Full.Load(), Resumed: e.tls.Resumed.Load()}
+	if h.Full+h.Resumed == 0 {
+		return nil
+	}
+	return h
 }

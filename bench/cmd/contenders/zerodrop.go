@@ -19,6 +19,9 @@ func zerodropSpecs() []spec {
 		{name: "zd-handoff",
 			about: "zerodrop: one process upgraded by handoff (fds over a unix socket), then drain.Server.Shutdown",
 			make:  func() contender { return &handoffContender{} }},
+		{name: "zd-tickets",
+			about: "zd-handoff whose TLS session-ticket keys go to the successor with the listener (handoff.Config.TicketKeys): clients resume their sessions across restarts",
+			make:  func() contender { return &handoffContender{env: []string{worker.EnvTickets + "=1"}} }},
 		{name: "zd-systemd",
 			about: "zerodrop: systemd fd-store restart (handoff/systemd; the harness plays systemd): stop, start with the stored listener",
 			make:  func() contender { return &systemdContender{} }},
@@ -67,18 +70,19 @@ func checkCPU() error {
 // starts the successor, which takes the listener over and calls Ready; the
 // predecessor then drains and exits.
 type handoffContender struct {
-	env *runEnv
+	env []string // the workers' extra environment
+	run *runEnv
 	cur *proc
 }
 
 func (c *handoffContender) start(ctx context.Context, env *runEnv) (err error) {
-	c.env = env
-	c.cur, err = env.startWorker(ctx, "handoff", "", nil)
+	c.run = env
+	c.cur, err = env.startWorker(ctx, "handoff", "", c.env)
 	return err
 }
 
 func (c *handoffContender) restart(ctx context.Context, mark func(string)) error {
-	next, err := c.env.startWorker(ctx, "handoff", "", nil)
+	next, err := c.run.startWorker(ctx, "handoff", "", c.env)
 	if err != nil {
 		return err
 	}

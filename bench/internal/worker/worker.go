@@ -7,6 +7,7 @@ package worker
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -131,6 +132,7 @@ func Main() {
 	signal.Notify(w.Sigs, syscall.SIGHUP, syscall.SIGUSR2)
 	err := serve(ctx, w)
 	stop()
+	w.logHandshakes()
 	if w.tl != nil {
 		w.tl.log(w.Gen)
 	}
@@ -173,9 +175,13 @@ func (w *Worker) NewServer() *http.Server {
 	if os.Getenv(EnvTrace) != "" {
 		srv.ConnState = newConnTrace(w).state
 	}
-	if w.tl != nil && w.TLS() {
-		srv.TLSConfig = w.tl.tlsConfig()
-		srv.Handler = w.tl.handler(srv.Handler)
+	if w.TLS() {
+		srv.TLSConfig = &tls.Config{}
+		if w.tl != nil {
+			srv.TLSConfig = w.tl.tlsConfig()
+			srv.Handler = w.tl.handler(srv.Handler)
+		}
+		countHandshakes(srv.TLSConfig)
 	}
 	return srv
 }

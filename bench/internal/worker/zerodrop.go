@@ -16,6 +16,7 @@ import (
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/ticket"
 )
 
 // serveDrain is a reuseport worker (migration required) stopped by
@@ -55,8 +56,20 @@ func serveCPU(ctx context.Context, w *Worker) error {
 // handoff.Upgrader.PassConns), and the connections the predecessor passes
 // are served here (HandleConns, registered before Ready). The socket itself
 // never closes.
+//
+// With EnvTickets (over TLS), its session-ticket keys go to the successor
+// too (handoff.Config.TicketKeys), installed into its TLS config.
 func serveHandoff(ctx context.Context, w *Worker) error {
-	u, err := handoff.New(ctx, handoff.Config{Path: filepath.Join(w.Dir, "handoff.sock")})
+	cfg := handoff.Config{Path: filepath.Join(w.Dir, "handoff.sock")}
+	if w.TLS() && os.Getenv(EnvTickets) != "" {
+		keys, err := ticket.New()
+		if err != nil {
+			return err
+		}
+		defer keys.Close()
+		cfg.TicketKeys = keys
+	}
+	u, err := handoff.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -67,6 +80,12 @@ func serveHandoff(ctx context.Context, w *Worker) error {
 		return err
 	}
 	ds := w.drainServer()
+	if cfg.TicketKeys != nil {
+		if err := cfg.TicketKeys.Install(ds.HTTP.TLSConfig); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	// TLS connections are never handed over (drain.Server.HandOver works
 	// with Serve only): over TLS the predecessor drains them.
 	if !w.TLS() {

@@ -1,0 +1,39 @@
+package worker
+
+import (
+	"crypto/tls"
+	"fmt"
+	"os"
+	"sync/atomic"
+)
+
+// EnvTickets, when set, has the handoff worker hand its TLS session-ticket
+// keys to its successor with the listener (handoff.Config.TicketKeys, the
+// keys installed into its TLS config), so that clients resume their
+// sessions across restarts: the contender zd-tickets.
+const EnvTickets = "ZD_BENCH_TICKETS"
+
+// handshakes counts the TLS handshakes a worker served: full ones and those
+// that resumed a session (the server's DidResume).
+var handshakes struct{ full, resumed atomic.Int64 }
+
+// countHandshakes has cfg count its handshakes in handshakes.
+func countHandshakes(cfg *tls.Config) {
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if cs.DidResume {
+			handshakes.resumed.Add(1)
+		} else {
+			handshakes.full.Add(1)
+		}
+		return nil
+	}
+}
+
+// logHandshakes tells the harness, on stdout, how many TLS handshakes this
+// worker served: "tls <pid> <full> <resumed>" (the harness sums them per
+// run).
+func (w *Worker) logHandshakes() {
+	if w.TLS() {
+		fmt.Printf("tls %d %d %d\n", os.Getpid(), handshakes.full.Load(), handshakes.resumed.Load())
+	}
+}
