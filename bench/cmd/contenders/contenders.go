@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"os"
 	"strconv"
@@ -44,6 +45,11 @@ type runEnv struct {
 	extra     []string // environment of every worker (TLS certificate)
 	gen       int      // last generation started
 	bpfDir    string   // a bpf filesystem, for contenders that need one
+	// certFile and keyFile are the run's certificate and key (PEM) when it
+	// serves TLS, and clientTLS the client configuration that trusts only
+	// that certificate; all unset in plain runs.
+	certFile, keyFile string
+	clientTLS         *tls.Config
 }
 
 // binFor returns the binary that runs worker mode: workerBin-mode if it
@@ -74,6 +80,8 @@ func specs() []spec {
 			make: func() contender { return &tableflipContender{} }},
 	}
 	s = append(s, nginxSpecs()...)
+	s = append(s, haproxySpecs()...)
+	s = append(s, caddySpecs()...)
 	return append(s, zerodropSpecs()...)
 }
 

@@ -171,6 +171,7 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 		}
 		env.extra = []string{worker.EnvTLSCert + "=" + cert.CertFile, worker.EnvTLSKey + "=" + cert.KeyFile}
 		url, clientTLS = "https://"+env.addr+"/", &tls.Config{RootCAs: cert.Pool}
+		env.certFile, env.keyFile, env.clientTLS = cert.CertFile, cert.KeyFile, clientTLS
 	}
 	if sp.bpf {
 		if env.bpfDir, err = mountBPF(dir); err != nil {
