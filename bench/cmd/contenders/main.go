@@ -220,7 +220,7 @@ func bench(ctx context.Context, o options, w io.Writer) error {
 	linked := workerLinkage(workerBins(o.worker), w)
 	fmt.Fprintln(w, "workers:", linked)
 	fmt.Fprintln(w, "mode:", o.base.mode())
-	start := time.Now()
+	start, loadStart := time.Now(), loadAverage()
 	var all []runResult
 	for rep := 1; rep <= o.reps; rep++ {
 		for _, c := range o.concurrency {
@@ -242,7 +242,8 @@ func bench(ctx context.Context, o options, w io.Writer) error {
 			}
 		}
 	}
-	header := machine(os.Args, time.Since(start)) + "\nMode: " + o.base.mode() + "\n\nWorkers: " + linked + "\n"
+	header := machine(os.Args, time.Since(start)) + "\nLoad average: " + loadStart + " at the start, " + loadAverage() +
+		" at the end\n\nMode: " + o.base.mode() + "\n\nWorkers: " + linked + "\n"
 	return writeSummary(o.out, header, all)
 }
 
