@@ -27,6 +27,7 @@ type options struct {
 	reps        int
 	out         string
 	worker      string  // the worker binary; "" for zdworker beside this one, or this one
+	headline    string  // with -headline: print the headline tables of this directory's results, run nothing
 	base        runSpec // Restarts, Period, Lead, Tail, Window, Timeout, KeepAlive, Rate, Pool*
 }
 
@@ -34,6 +35,15 @@ func main() {
 	worker.Main()
 	runChildMain()
 	opts, err := parseFlags(os.Args[1:])
+	if err == nil && opts.headline != "" {
+		runs, err := readHeadline(opts.headline)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "contenders:", err)
+			os.Exit(1)
+		}
+		writeHeadline(os.Stdout, runs)
+		return
+	}
 	if err == nil {
 		opts.worker, err = findWorker(opts.worker, os.Stderr)
 	}
@@ -57,6 +67,7 @@ func parseFlags(args []string) (options, error) {
 	only := fs.String("only", "", "contenders to run, comma-separated (default: all)")
 	fs.IntVar(&o.reps, "reps", 1, "repetitions")
 	fs.StringVar(&o.out, "o", "bench-out", "output `directory`")
+	fs.StringVar(&o.headline, "headline", "", "print the headline tables (markdown) of the results in `dir`/MODE/results.{json,md} and exit; runs nothing")
 	fs.StringVar(&o.worker, "worker", "", "the worker `path`: a binary that calls worker.Main (default: "+workerName+" beside this binary, else this binary)")
 	fs.IntVar(&o.base.Restarts, "restarts", 100, "restarts per run")
 	fs.DurationVar(&o.base.Period, "period", 300*time.Millisecond, "steady load after each restart ends, before the next")
