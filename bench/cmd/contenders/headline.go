@@ -60,7 +60,7 @@ func restartKind(name string) string {
 // headlineRun is one mode's run: its rows and the lines of its header.
 type headlineRun struct {
 	title, mode, machine, command, load string
-	rows                                 []summary
+	rows                                []summary
 }
 
 // readHeadline reads dir/mode/results.json and the header of
