@@ -249,3 +249,45 @@ func lead(zd, peer summary) string {
 	}
 	return "a tie"
 }
+
+// The markers around the generated tables in BENCHMARKS.md.
+const (
+	headlineBegin = "<!-- headline: generated"
+	headlineEnd   = "<!-- headline: end -->"
+)
+
+// spliceHeadline returns doc with the lines between its headlineBegin line
+// and its headlineEnd line replaced by tables.
+func spliceHeadline(doc, tables string) (string, error) {
+	i := strings.Index(doc, headlineBegin)
+	if i < 0 {
+		return "", fmt.Errorf("no line starting %q", headlineBegin)
+	}
+	nl := strings.IndexByte(doc[i:], '\n')
+	j := strings.Index(doc[i:], headlineEnd)
+	if nl < 0 || j < nl {
+		return "", fmt.Errorf("no %q after %q", headlineEnd, headlineBegin)
+	}
+	begin, end := i+nl+1, i+j
+	return doc[:begin] + "\n" + strings.TrimSpace(tables) + "\n\n" + doc[end:], nil
+}
+
+// headlineInto writes the headline tables of dir's results into the file
+// path, between its markers.
+func headlineInto(dir, path string) error {
+	runs, err := readHeadline(dir)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	writeHeadline(&b, runs)
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	out, err := spliceHeadline(string(doc), b.String())
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return os.WriteFile(path, []byte(out), 0o644)
+}

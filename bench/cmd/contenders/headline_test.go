@@ -67,3 +67,19 @@ func TestRestartKind(t *testing.T) {
 		}
 	}
 }
+
+// The tables go between the markers, replacing what was there, and the rest
+// of the document stays; a document without both markers is an error.
+func TestSpliceHeadline(t *testing.T) {
+	doc := "# B\n\n" + headlineBegin + " by X -->\n\nold\ntables\n\n" + headlineEnd + "\n\n## Method\n"
+	got, err := spliceHeadline(doc, "### new\n\n| a |\n")
+	want := "# B\n\n" + headlineBegin + " by X -->\n\n### new\n\n| a |\n\n" + headlineEnd + "\n\n## Method\n"
+	if err != nil || got != want {
+		t.Errorf("spliceHeadline = %q, %v; want %q", got, err, want)
+	}
+	for _, bad := range []string{"# B\n", headlineEnd + "\n" + headlineBegin + " -->\n", headlineBegin + " -->\n"} {
+		if _, err := spliceHeadline(bad, "x"); err == nil {
+			t.Errorf("spliceHeadline(%q): no error", bad)
+		}
+	}
+}

@@ -28,6 +28,7 @@ type options struct {
 	out         string
 	worker      string  // the worker binary; "" for zdworker beside this one, or this one
 	headline    string  // with -headline: print the headline tables of this directory's results, run nothing
+	into        string  // with -headline: write them into this file, between its markers, instead
 	base        runSpec // Restarts, Period, Lead, Tail, Window, Timeout, KeepAlive, Rate, Pool*
 }
 
@@ -36,12 +37,10 @@ func main() {
 	runChildMain()
 	opts, err := parseFlags(os.Args[1:])
 	if err == nil && opts.headline != "" {
-		runs, err := readHeadline(opts.headline)
-		if err != nil {
+		if err := headline(opts.headline, opts.into, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "contenders:", err)
 			os.Exit(1)
 		}
-		writeHeadline(os.Stdout, runs)
 		return
 	}
 	if err == nil {
@@ -68,6 +67,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.reps, "reps", 1, "repetitions")
 	fs.StringVar(&o.out, "o", "bench-out", "output `directory`")
 	fs.StringVar(&o.headline, "headline", "", "print the headline tables (markdown) of the results in `dir`/MODE/results.{json,md} and exit; runs nothing")
+	fs.StringVar(&o.into, "into", "", "with -headline: write the tables into `file` (BENCHMARKS.md) between its headline markers instead of printing them")
 	fs.StringVar(&o.worker, "worker", "", "the worker `path`: a binary that calls worker.Main (default: "+workerName+" beside this binary, else this binary)")
 	fs.IntVar(&o.base.Restarts, "restarts", 100, "restarts per run")
 	fs.DurationVar(&o.base.Period, "period", 300*time.Millisecond, "steady load after each restart ends, before the next")
@@ -134,6 +134,20 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-reps must be positive, -restarts not negative, -period positive")
 	}
 	return o, nil
+}
+
+// headline prints the headline tables of dir's results on w, or writes
+// them into the file into.
+func headline(dir, into string, w io.Writer) error {
+	if into != "" {
+		return headlineInto(dir, into)
+	}
+	runs, err := readHeadline(dir)
+	if err != nil {
+		return err
+	}
+	writeHeadline(w, runs)
+	return nil
 }
 
 // parseInterval parses "min-max", two durations with min <= max.

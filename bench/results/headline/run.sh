@@ -5,7 +5,7 @@
 # one mode after the other, each bounded by MODE_TIMEOUT. Run as root from
 # bench/: bash results/headline/run.sh OUT. Then copy each OUT/MODE's
 # results.md and results.json into results/headline/MODE/, and regenerate the
-# tables with: go run ./cmd/contenders -headline results/headline
+# tables with: go run ./cmd/contenders -headline results/headline -into ../BENCHMARKS.md
 set -euo pipefail
 out=${1:?usage: run.sh OUT [MODE...]}
 shift
