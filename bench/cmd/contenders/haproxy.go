@@ -1,15 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"text/template"
+	"time"
 )
 
 // haproxySpecs are the HAProxy contenders: Debian's haproxy in master-worker
@@ -75,7 +78,20 @@ type haproxy struct {
 	master *proc
 	pem    string
 	worker string // X-Worker of the generation serving
+	// loaded receives the outcome of each (re)load the master logs on its
+	// stderr: true for "Loading success", false for "Loading failure";
+	// reloading receives its "Reloading HAProxy", logged when it acts on a
+	// SIGUSR2. On this loaded VM a SIGUSR2 sent soon after a reload was
+	// sometimes never acted upon (2.6.12): a restart sends it again when
+	// the master has not said "Reloading" within haproxyAck, and counts it.
+	loaded    chan bool
+	reloading chan struct{}
+	resent    int
 }
+
+// haproxyAck is how long a restart waits for the master's "Reloading
+// HAProxy" before it sends SIGUSR2 again.
+const haproxyAck = time.Second
 
 func (c *haproxy) conf() string { return filepath.Join(c.env.dir, "haproxy.cfg") }
 
@@ -98,13 +114,26 @@ func (c *haproxy) start(ctx context.Context, env *runEnv) error {
 	if err != nil {
 		return err
 	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
 	cmd := exec.Command("haproxy", "-W", "-db", "-f", c.conf())
-	cmd.Stdout, cmd.Stderr = env.stderr, env.stderr
+	cmd.Stdout, cmd.Stderr = env.stderr, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if c.master, err = startProc(cmd); err != nil {
+	c.master, err = startProc(cmd)
+	w.Close()
+	if err != nil {
+		r.Close()
 		return fmt.Errorf("start haproxy: %w", err)
 	}
-	got, err := awaitGen(ctx, env, c.master.exited, func() error { return c.master.err }, gen)
+	c.loaded, c.reloading = make(chan bool, 16), make(chan struct{}, 16)
+	go watchLoads(r, env.stderr, c.loaded, c.reloading)
+	err = c.awaitLoaded(ctx)
+	var got served
+	if err == nil {
+		got, err = awaitGen(ctx, env, c.master.exited, func() error { return c.master.err }, gen)
+	}
 	if err != nil {
 		c.master.kill()
 		return fmt.Errorf("haproxy: %w", err)
@@ -119,8 +148,11 @@ func (c *haproxy) restart(ctx context.Context, mark func(string)) error {
 		return err
 	}
 	mark("reload")
-	if err := c.master.signal(syscall.SIGUSR2); err != nil {
-		return err
+	if err := c.signalReload(ctx); err != nil {
+		return fmt.Errorf("haproxy: reload: %w", err)
+	}
+	if err := c.awaitLoaded(ctx); err != nil {
+		return fmt.Errorf("haproxy: reload: %w", err)
 	}
 	got, err := awaitGen(ctx, c.env, c.master.exited, func() error { return c.master.err }, gen)
 	if err != nil {
@@ -143,6 +175,89 @@ func (c *haproxy) stop(ctx context.Context) error {
 		err = nil // the master exits with its worker's status, 143 after SIGTERM
 	}
 	return err
+}
+
+// signalReload sends SIGUSR2 to the master until it logs "Reloading
+// HAProxy", for readyTimeout at most.
+func (c *haproxy) signalReload(ctx context.Context) error {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		if err := c.master.signal(syscall.SIGUSR2); err != nil {
+			return err
+		}
+		t := time.NewTimer(haproxyAck)
+		select {
+		case <-c.reloading:
+			t.Stop()
+			return nil
+		case <-c.master.exited:
+			t.Stop()
+			return fmt.Errorf("master exited: %v", c.master.err)
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no Reloading from the master after %v", readyTimeout)
+		}
+		c.resent++
+		fmt.Fprintf(c.env.stderr, "contenders: haproxy master silent %v after SIGUSR2; sent again (%d so far)\n", haproxyAck, c.resent)
+	}
+}
+
+// awaitLoaded waits for the master's next "Loading success", bounded by
+// readyTimeout.
+func (c *haproxy) awaitLoaded(ctx context.Context) error {
+	t := time.NewTimer(readyTimeout)
+	defer t.Stop()
+	select {
+	case ok, open := <-c.loaded:
+		switch {
+		case !open:
+			return errors.New("master closed its stderr")
+		case !ok:
+			return errors.New("the master logged Loading failure")
+		}
+		return nil
+	case <-c.master.exited:
+		return fmt.Errorf("master exited: %v", c.master.err)
+	case <-t.C:
+		return fmt.Errorf("no Loading success from the master after %v", readyTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// watchLoads copies the master's stderr r to out, and sends the outcome of
+// every load it logs to loaded and every reload it begins to reloading,
+// until every writer has closed r.
+func watchLoads(r *os.File, out io.Writer, loaded chan<- bool, reloading chan<- struct{}) {
+	defer r.Close()
+	defer close(loaded)
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		fmt.Fprintln(out, line)
+		var ok bool
+		switch {
+		case strings.Contains(line, "Reloading HAProxy"):
+			select {
+			case reloading <- struct{}{}:
+			default:
+			}
+			continue
+		case strings.Contains(line, "Loading success"):
+			ok = true
+		case strings.Contains(line, "Loading failure"):
+		default:
+			continue
+		}
+		select {
+		case loaded <- ok:
+		default:
+		}
+	}
 }
 
 // concatFiles writes the contents of files, one after the other, to path
