@@ -291,3 +291,89 @@ func headlineInto(dir, path string) error {
 	}
 	return os.WriteFile(path, []byte(out), 0o644)
 }
+
+// resummarize writes dir's results.md and results.json again from the
+// per-run JSON in dir/runs, for a run stopped before its end (a bounded
+// run that ran out of time writes no summary). The header says so.
+func resummarize(dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "runs", "*.json"))
+	if err != nil {
+		return err
+	}
+	var runs []runResult
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var r runResult
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		runs = append(runs, r)
+	}
+	if len(runs) == 0 {
+		return fmt.Errorf("%s: no runs/*.json", dir)
+	}
+	slices.SortStableFunc(runs, func(a, b runResult) int {
+		if c := cmp.Compare(a.Spec.Concurrency, b.Spec.Concurrency); c != 0 {
+			return c
+		}
+		return cmp.Compare(specIndex(a.Spec.Contender), specIndex(b.Spec.Contender))
+	})
+	header := fmt.Sprintf("Summarized again from %d per-run files of %s (the run stopped before writing its summary).\n\nCommand: %s\n",
+		len(runs), dir, specCommand(runs))
+	if la := readLoad(dir); la != "" {
+		header += "\nLoad average: " + la + "\n"
+	}
+	return writeSummary(dir, header+"\nMode: "+runs[0].Spec.mode()+"\n", runs)
+}
+
+// specCommand is the contenders command line equivalent to runs' specs,
+// the contenders that ran named with -only.
+func specCommand(runs []runResult) string {
+	s := runs[0].Spec
+	var concs []string
+	var names []string
+	for _, r := range runs {
+		if c := fmt.Sprint(r.Spec.Concurrency); !slices.Contains(concs, c) {
+			concs = append(concs, c)
+		}
+		if !slices.Contains(names, r.Spec.Contender) {
+			names = append(names, r.Spec.Contender)
+		}
+	}
+	cmd := "`contenders"
+	for _, f := range []struct {
+		flag string
+		on   bool
+	}{{" -keepalive", s.KeepAlive && s.Pool == 0}, {" -tls", s.TLS && !s.HTTP2}, {" -h2", s.HTTP2 && !s.H2load},
+		{" -h2load", s.H2load}, {" -post", s.Post}} {
+		if f.on {
+			cmd += f.flag
+		}
+	}
+	if s.Pool > 0 {
+		cmd += fmt.Sprintf(" -pool %d", s.Pool)
+	} else {
+		cmd += " -c " + strings.Join(concs, ",")
+	}
+	return cmd + fmt.Sprintf(" -restarts %d -reps 1 -only %s` (equivalent; %d runs done)", s.Restarts, strings.Join(names, ","), len(runs))
+}
+
+// readLoad returns the load averages run.sh recorded in dir (loadavg-start,
+// loadavg-end), or "".
+func readLoad(dir string) string {
+	var parts []string
+	for _, f := range []string{"start", "end"} {
+		if b, err := os.ReadFile(filepath.Join(dir, "loadavg-"+f)); err == nil {
+			parts = append(parts, strings.TrimSpace(string(b))+" at the "+f)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// specIndex is the place of the contender name in specs(), or -1.
+func specIndex(name string) int {
+	return slices.IndexFunc(specs(), func(s spec) bool { return s.name == name })
+}

@@ -29,6 +29,7 @@ type options struct {
 	worker      string  // the worker binary; "" for zdworker beside this one, or this one
 	headline    string  // with -headline: print the headline tables of this directory's results, run nothing
 	into        string  // with -headline: write them into this file, between its markers, instead
+	resummarize string  // write this output directory's summary again from its runs/*.json, run nothing
 	base        runSpec // Restarts, Period, Lead, Tail, Window, Timeout, KeepAlive, Rate, Pool*
 }
 
@@ -36,6 +37,13 @@ func main() {
 	worker.Main()
 	runChildMain()
 	opts, err := parseFlags(os.Args[1:])
+	if err == nil && opts.resummarize != "" {
+		if err := resummarize(opts.resummarize); err != nil {
+			fmt.Fprintln(os.Stderr, "contenders:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err == nil && opts.headline != "" {
 		if err := headline(opts.headline, opts.into, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "contenders:", err)
@@ -68,6 +76,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.out, "o", "bench-out", "output `directory`")
 	fs.StringVar(&o.headline, "headline", "", "print the headline tables (markdown) of the results in `dir`/MODE/results.{json,md} and exit; runs nothing")
 	fs.StringVar(&o.into, "into", "", "with -headline: write the tables into `file` (BENCHMARKS.md) between its headline markers instead of printing them")
+	fs.StringVar(&o.resummarize, "resummarize", "", "write `dir`'s results.md and results.json again from dir/runs/*.json (a run stopped before its end) and exit")
 	fs.StringVar(&o.worker, "worker", "", "the worker `path`: a binary that calls worker.Main (default: "+workerName+" beside this binary, else this binary)")
 	fs.IntVar(&o.base.Restarts, "restarts", 100, "restarts per run")
 	fs.DurationVar(&o.base.Period, "period", 300*time.Millisecond, "steady load after each restart ends, before the next")

@@ -55,7 +55,7 @@ func TestSpawnRunPeers(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/tls=%v", name, tls), func(t *testing.T) {
 				t.Parallel()
 				s := runSpec{Contender: name, Concurrency: 4, Rep: 1, Restarts: 3, TLS: tls, KeepAlive: tls,
-					Period: 200 * time.Millisecond, Lead: 100 * time.Millisecond, Tail: 200 * time.Millisecond,
+					Period: 300 * time.Millisecond, Lead: 100 * time.Millisecond, Tail: time.Second,
 					Window: 100 * time.Millisecond, Timeout: 2 * time.Second}
 				res, err := spawnRun(t.Context(), s, os.Stderr)
 				if err != nil {
@@ -67,9 +67,12 @@ func TestSpawnRunPeers(t *testing.T) {
 				if res.Error != "" || res.Skipped != "" || res.Load == nil {
 					t.Fatalf("run: error %q, skipped %q", res.Error, res.Skipped)
 				}
-				// The first generation and the 3 reloads' each answered.
-				if res.Restarts != 3 || len(res.Load.Marks) != 3 || len(res.Load.Headers) < 4 {
-					t.Errorf("%d restarts, %d marks, generations %v; want 3, 3 and 4 or more",
+				// Each reload was answered by its generation (the
+				// contender checks it from outside, or the run fails);
+				// the load saw at least one reload's, however loaded
+				// the machine.
+				if res.Restarts != 3 || len(res.Load.Marks) != 3 || len(res.Load.Headers) < 2 {
+					t.Errorf("%d restarts, %d marks, generations %v; want 3, 3 and 2 or more",
 						res.Restarts, len(res.Load.Marks), res.Load.Headers)
 				}
 				if res.Load.Requests == 0 {

@@ -5,7 +5,8 @@
 # one mode after the other, each bounded by MODE_TIMEOUT. Run as root from
 # bench/: bash results/headline/run.sh OUT. Then copy each OUT/MODE's
 # results.md and results.json into results/headline/MODE/, and regenerate the
-# tables with: go run ./cmd/contenders -headline results/headline -into ../BENCHMARKS.md
+# tables with (a mode stopped by MODE_TIMEOUT is summarized from the runs it
+# finished, and its header says so): go run ./cmd/contenders -headline results/headline -into ../BENCHMARKS.md
 set -euo pipefail
 out=${1:?usage: run.sh OUT [MODE...]}
 shift
@@ -31,7 +32,13 @@ for mode in "${modes[@]}"; do
 	n=$restarts
 	[ "$mode" = h2load ] && n=$h2restarts
 	echo "$mode: start $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-	timeout --foreground -k 30s "$timeout" "$bin/contenders" "${flags[@]}" -only "$peers" -restarts "$n" -reps 1 -o "$out/$mode" || echo "$mode: exit $?"
-	echo "$mode: end $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "$(cut -d' ' -f1-3 /proc/loadavg)" > "$out/$mode/loadavg-end" || true
+	mkdir -p "$out/$mode"
+	cut -d' ' -f1-3 /proc/loadavg > "$out/$mode/loadavg-start"
+	cut -d' ' -f1-3 /proc/loadavg > "$out/$mode/loadavg-end" # overwritten when the run ends
+	st=0
+	timeout --foreground -k 30s "$timeout" "$bin/contenders" "${flags[@]}" -only "$peers" -restarts "$n" -reps 1 -o "$out/$mode" || st=$?
+	cut -d' ' -f1-3 /proc/loadavg > "$out/$mode/loadavg-end"
+	echo "$mode: end $(date -u +%FT%TZ), exit $st, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+	# Out of time: no summary was written; make it from the runs that ended.
+	[ -f "$out/$mode/results.json" ] || "$bin/contenders" -resummarize "$out/$mode" || true
 done
