@@ -23,6 +23,15 @@
 // about a dynamic one. Without the worker binaries beside it, contenders runs
 // its workers from itself (it can serve too) and says so on stderr.
 //
+// With -headline DIR the command runs nothing: it reads DIR/MODE/results.json
+// and the header of DIR/MODE/results.md for each client kind (new-conn,
+// keepalive, pool, tls-new-conn, tls-keepalive, h2load) and prints the
+// headline tables of BENCHMARKS.md, one per kind, with the closest peer to
+// zerodrop; -into FILE writes them into FILE between its headline markers.
+// bench/results/headline/run.sh makes those runs. -resummarize DIR writes the
+// summary of a run that was stopped before its end (its time bound) again
+// from DIR/runs/*.json.
+//
 // # How it works
 //
 // The parent process runs each (repetition, concurrency, contender) in a child
