@@ -224,13 +224,21 @@ func closest(rows []summary) string {
 		if zd == nil || peer == nil {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("c=%d: %s (%d failed, p99 ratio %.2f) against %s (%d failed, %.2f): %s",
-			c, peer.Contender, peer.Failed, ratio(*peer), zd.Contender, zd.Failed, ratio(*zd), lead(*zd, *peer)))
+		parts = append(parts, fmt.Sprintf("c=%d: %s (%d failed%s) against %s (%d failed%s): %s",
+			c, peer.Contender, peer.Failed, ratioNote(*peer), zd.Contender, zd.Failed, ratioNote(*zd), lead(*zd, *peer)))
 	}
 	if len(parts) == 0 {
 		return "Closest peer: no zerodrop and peer rows to compare."
 	}
 	return "Closest peer (fewest failed, then lowest p99 ratio), against zerodrop's best: " + strings.Join(parts, "; ") + "."
+}
+
+// ratioNote is ", p99 ratio R", or "" where s measured no latency (h2load).
+func ratioNote(s summary) string {
+	if s.P99Steady <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", p99 ratio %.2f", ratio(s))
 }
 
 // lead says by how much zd leads peer, or that it does not.
@@ -321,7 +329,7 @@ func resummarize(dir string) error {
 		}
 		return cmp.Compare(specIndex(a.Spec.Contender), specIndex(b.Spec.Contender))
 	})
-	header := fmt.Sprintf("Summarized again from %d per-run files of %s (the run stopped before writing its summary).\n\nCommand: %s\n",
+	header := fmt.Sprintf("Summarized from %d per-run files of %s (by -resummarize: a run stopped before its end, or runs of more than one invocation).\n\nCommand: %s\n",
 		len(runs), dir, specCommand(runs))
 	if la := readLoad(dir); la != "" {
 		header += "\nLoad average: " + la + "\n"

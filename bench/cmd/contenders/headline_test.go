@@ -44,9 +44,11 @@ func TestClosest(t *testing.T) {
 		want string
 	}{
 		{[]summary{row("naive", 64, 50, 10), row("haproxy", 64, 3, 11), row("zd-drain", 64, 0, 12)},
-			"c=64: haproxy (3 failed, p99 ratio 1.10) against zd-drain (0 failed, 1.20): zerodrop leads by 3 failed requests"},
+			"c=64: haproxy (3 failed, p99 ratio 1.10) against zd-drain (0 failed, p99 ratio 1.20): zerodrop leads by 3 failed requests"},
 		{[]summary{row("caddy", 256, 0, 10), row("zd-handoff", 256, 2, 10)},
-			"c=256: caddy (0 failed, p99 ratio 1.00) against zd-handoff (2 failed, 1.00): the peer leads by 2 failed requests"},
+			"c=256: caddy (0 failed, p99 ratio 1.00) against zd-handoff (2 failed, p99 ratio 1.00): the peer leads by 2 failed requests"},
+		{[]summary{{Contender: "haproxy", Concurrency: 64, Failed: 32, H2load: true}, {Contender: "zd-drain", Concurrency: 64, H2load: true}},
+			"c=64: haproxy (32 failed) against zd-drain (0 failed): zerodrop leads by 32 failed requests"},
 		{[]summary{row("nginx", 64, 0, 10), row("zd-handoff", 64, 0, 13)},
 			"equal on failures, the peer leads by 0.30 in p99 ratio"},
 		{[]summary{row("nginx", 64, 0, 10), row("zd-handoff", 64, 0, 10)}, "a tie"},
