@@ -125,6 +125,10 @@ func runOne(ctx context.Context, s runSpec, stderr *os.File) runResult {
 		res.Error = fmt.Sprintf("no contender %q", s.Contender)
 		return res
 	}
+	if (s.TLS || s.HTTP2) && sp.noTLS != "" {
+		res.Skipped = sp.noTLS // before the namespace is touched
+		return res
+	}
 	if sp.check != nil {
 		if err := sp.check(); err != nil {
 			res.Skipped = err.Error()
@@ -159,10 +163,6 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	url := "http://" + env.addr + "/"
 	var clientTLS *tls.Config
 	if s.TLS || s.HTTP2 {
-		if sp.noTLS != "" {
-			res.Skipped = sp.noTLS
-			return nil
-		}
 		// The run's own certificate, for 127.0.0.1; the load trusts only
 		// it.
 		cert, err := netnstest.WriteCert(dir, 24*time.Hour)
