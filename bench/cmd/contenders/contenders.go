@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"os"
 	"strconv"
@@ -45,6 +46,11 @@ type runEnv struct {
 	extra     []string // environment of every worker (TLS certificate)
 	gen       int      // last generation started
 	bpfDir    string   // a bpf filesystem, for contenders that need one
+	// certFile and keyFile are the run's certificate and key (PEM) when it
+	// serves TLS, and clientTLS the client configuration that trusts only
+	// that certificate; all unset in plain runs.
+	certFile, keyFile string
+	clientTLS         *tls.Config
 	// tls sums the TLS handshakes the workers report at exit; readers
 	// counts the goroutines reading workers' stdout (see readReady).
 	tls     handshakeCount
@@ -86,6 +92,8 @@ func specs() []spec {
 			make: func() contender { return &tableflipContender{} }},
 	}
 	s = append(s, nginxSpecs()...)
+	s = append(s, haproxySpecs()...)
+	s = append(s, caddySpecs()...)
 	return append(s, zerodropSpecs()...)
 }
 

@@ -23,6 +23,15 @@
 // about a dynamic one. Without the worker binaries beside it, contenders runs
 // its workers from itself (it can serve too) and says so on stderr.
 //
+// With -headline DIR the command runs nothing: it reads DIR/MODE/results.json
+// and the header of DIR/MODE/results.md for each client kind (new-conn,
+// keepalive, pool, tls-new-conn, tls-keepalive, h2load) and prints the
+// headline tables of BENCHMARKS.md, one per kind, with the closest peer to
+// zerodrop; -into FILE writes them into FILE between its headline markers.
+// bench/results/headline/run.sh makes those runs. -resummarize DIR writes the
+// summary of a run that was stopped before its end (its time bound) again
+// from DIR/runs/*.json.
+//
 // # How it works
 //
 // The parent process runs each (repetition, concurrency, contender) in a child
@@ -74,8 +83,9 @@
 // Transport speaking HTTP/2 only, -h2-streams workers sharing each
 // connection); results.md adds a table of the requests the Transport retried
 // (a stream refused, or above a GOAWAY's last stream id, sent again on
-// another connection). The nginx contenders and zd-systemd-pid1 have no TLS
-// mode and are skipped. results.md names the mode in its header.
+// another connection). zd-systemd-pid1 has no TLS mode and is skipped; nginx,
+// haproxy and caddy serve the run's certificate themselves (HTTP/2 offered by
+// ALPN). results.md names the mode in its header.
 //
 // With -h2load the HTTP/2 load is h2load's (nghttp2-client, a client nobody
 // here wrote) instead of net/http's Transport: h2load never retries a stream
@@ -113,8 +123,15 @@
 // http.Server.Shutdown, tcp_migrate_req 0 and 1), tableflip
 // (github.com/cloudflare/tableflip upgrading the process), nginx,
 // nginx-reuseport and nginx-reuseport-4to2 (Debian's nginx reloaded with
-// nginx -s reload; the last alternates worker_processes 4 and 2). The nginx
-// contenders are skipped, with a message, when nginx is not installed.
+// nginx -s reload; the last alternates worker_processes 4 and 2), haproxy
+// (Debian's HAProxy in master-worker mode answering with http-request return,
+// reloaded by SIGUSR2 to the master with a stats socket that has expose-fd
+// listeners: the seamless reload, the new worker taking the listeners with
+// -x; each reload must be answered by a new worker PID) and caddy (Debian's
+// Caddy, respond directive, caddy reload through the admin API on a unix
+// socket). nginx's and Caddy's reloads are configuration reloads of the same
+// binary, not binary upgrades; HAProxy's reload re-executes the binary. The
+// peers are skipped, with a message, when their binary is not installed.
 //
 // zerodrop: see zerodrop.go for the strategies wired in and the ones still
 // missing, and internal/worker for their servers. zd-systemd plays systemd's

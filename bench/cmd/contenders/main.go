@@ -27,6 +27,9 @@ type options struct {
 	reps        int
 	out         string
 	worker      string  // the worker binary; "" for zdworker beside this one, or this one
+	headline    string  // with -headline: print the headline tables of this directory's results, run nothing
+	into        string  // with -headline: write them into this file, between its markers, instead
+	resummarize string  // write this output directory's summary again from its runs/*.json, run nothing
 	base        runSpec // Restarts, Period, Lead, Tail, Window, Timeout, KeepAlive, Rate, Pool*
 }
 
@@ -34,6 +37,20 @@ func main() {
 	worker.Main()
 	runChildMain()
 	opts, err := parseFlags(os.Args[1:])
+	if err == nil && opts.resummarize != "" {
+		if err := resummarize(opts.resummarize); err != nil {
+			fmt.Fprintln(os.Stderr, "contenders:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err == nil && opts.headline != "" {
+		if err := headline(opts.headline, opts.into, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "contenders:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err == nil {
 		opts.worker, err = findWorker(opts.worker, os.Stderr)
 	}
@@ -57,6 +74,9 @@ func parseFlags(args []string) (options, error) {
 	only := fs.String("only", "", "contenders to run, comma-separated (default: all)")
 	fs.IntVar(&o.reps, "reps", 1, "repetitions")
 	fs.StringVar(&o.out, "o", "bench-out", "output `directory`")
+	fs.StringVar(&o.headline, "headline", "", "print the headline tables (markdown) of the results in `dir`/MODE/results.{json,md} and exit; runs nothing")
+	fs.StringVar(&o.into, "into", "", "with -headline: write the tables into `file` (BENCHMARKS.md) between its headline markers instead of printing them")
+	fs.StringVar(&o.resummarize, "resummarize", "", "write `dir`'s results.md and results.json again from dir/runs/*.json (a run stopped before its end) and exit")
 	fs.StringVar(&o.worker, "worker", "", "the worker `path`: a binary that calls worker.Main (default: "+workerName+" beside this binary, else this binary)")
 	fs.IntVar(&o.base.Restarts, "restarts", 100, "restarts per run")
 	fs.DurationVar(&o.base.Period, "period", 300*time.Millisecond, "steady load after each restart ends, before the next")
@@ -123,6 +143,20 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-reps must be positive, -restarts not negative, -period positive")
 	}
 	return o, nil
+}
+
+// headline prints the headline tables of dir's results on w, or writes
+// them into the file into.
+func headline(dir, into string, w io.Writer) error {
+	if into != "" {
+		return headlineInto(dir, into)
+	}
+	runs, err := readHeadline(dir)
+	if err != nil {
+		return err
+	}
+	writeHeadline(w, runs)
+	return nil
 }
 
 // parseInterval parses "min-max", two durations with min <= max.
@@ -220,7 +254,7 @@ func bench(ctx context.Context, o options, w io.Writer) error {
 	linked := workerLinkage(workerBins(o.worker), w)
 	fmt.Fprintln(w, "workers:", linked)
 	fmt.Fprintln(w, "mode:", o.base.mode())
-	start := time.Now()
+	start, loadStart := time.Now(), loadAverage()
 	var all []runResult
 	for rep := 1; rep <= o.reps; rep++ {
 		for _, c := range o.concurrency {
@@ -242,7 +276,8 @@ func bench(ctx context.Context, o options, w io.Writer) error {
 			}
 		}
 	}
-	header := machine(os.Args, time.Since(start)) + "\nMode: " + o.base.mode() + "\n\nWorkers: " + linked + "\n"
+	header := machine(os.Args, time.Since(start)) + "\nLoad average: " + loadStart + " at the start, " + loadAverage() +
+		" at the end\n\nMode: " + o.base.mode() + "\n\nWorkers: " + linked + "\n"
 	return writeSummary(o.out, header, all)
 }
 

@@ -363,6 +363,16 @@ func machine(args []string, took time.Duration) string {
 		time.Now().UTC().Format("2006-01-02 15:04"), took.Round(time.Second), strings.Join(args, " "))
 }
 
+// loadAverage is the machine's 1, 5 and 15 minute load averages, from
+// /proc/loadavg, or "unknown".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
+}
+
 // writeSummary writes results.md and results.json in dir.
 func writeSummary(dir, header string, runs []runResult) error {
 	rows := summarize(runs)

@@ -261,3 +261,18 @@ func TestSummarizeHTTP2(t *testing.T) {
 		t.Errorf("want one HTTP/2 table, without the plain run:\n%s", md.String())
 	}
 }
+
+// Without haproxy or caddy on PATH, those contenders are skipped with the
+// package to install, before anything is set up.
+func TestPeersMissing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	for name, want := range map[string]string{
+		"haproxy": "haproxy is not installed (apt-get install haproxy)",
+		"caddy":   "caddy is not installed (apt-get install caddy)",
+	} {
+		res := runOne(t.Context(), runSpec{Contender: name, Concurrency: 1}, os.Stderr)
+		if res.Skipped != want || res.Error != "" || res.Load != nil {
+			t.Errorf("runOne(%s) = %+v; want skipped: %s", name, res, want)
+		}
+	}
+}

@@ -128,6 +128,10 @@ func runOne(ctx context.Context, s runSpec, stderr *os.File) runResult {
 		res.Error = fmt.Sprintf("no contender %q", s.Contender)
 		return res
 	}
+	if (s.TLS || s.HTTP2) && sp.noTLS != "" {
+		res.Skipped = sp.noTLS // before the namespace is touched
+		return res
+	}
 	if sp.check != nil {
 		if err := sp.check(); err != nil {
 			res.Skipped = err.Error()
@@ -162,10 +166,6 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	url := "http://" + env.addr + "/"
 	var clientTLS *tls.Config
 	if s.TLS || s.HTTP2 {
-		if sp.noTLS != "" {
-			res.Skipped = sp.noTLS
-			return nil
-		}
 		// The run's own certificate, for 127.0.0.1; the load trusts only
 		// it.
 		cert, err := netnstest.WriteCert(dir, 24*time.Hour)
@@ -177,6 +177,7 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 		// client library's: a reconnection offers the last ticket the
 		// server issued and resumes if the server still decrypts it.
 		url, clientTLS = "https://"+env.addr+"/", &tls.Config{RootCAs: cert.Pool, ClientSessionCache: tls.NewLRUClientSessionCache(0)}
+		env.certFile, env.keyFile, env.clientTLS = cert.CertFile, cert.KeyFile, clientTLS
 	}
 	if sp.bpf {
 		if env.bpfDir, err = mountBPF(dir); err != nil {
