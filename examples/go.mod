@@ -34,7 +34,7 @@ require (
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.66.1 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
-	github.com/zerodrop/zerodrop/grpc v0.0.0
+	github.com/zerodrop/zerodrop/grpcdrain v0.0.0
 	go.uber.org/goleak v1.3.0 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
@@ -46,4 +46,4 @@ replace github.com/zerodrop/zerodrop => ..
 
 replace github.com/zerodrop/zerodrop/stats/promstats => ../stats/promstats
 
-replace github.com/zerodrop/zerodrop/grpc => ../grpc
+replace github.com/zerodrop/zerodrop/grpcdrain => ../grpcdrain

@@ -33,7 +33,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop"
-	grpcdrain "github.com/zerodrop/zerodrop/grpc"
+	grpcdrain "github.com/zerodrop/zerodrop/grpcdrain"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"

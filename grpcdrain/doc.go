@@ -1,11 +1,11 @@
 // Package grpcdrain drains a grpc-go server without losing an RPC, and runs
 // it as one generation of a service upgraded through package handoff.
 //
-// It is a module of its own (github.com/zerodrop/zerodrop/grpc), so that
-// users of the core module never download grpc-go. The package is named
-// grpcdrain, not grpc, so that it does not shadow google.golang.org/grpc in
-// the files that use both: it is to a *grpc.Server what package drain is to
-// an *http.Server.
+// It is a module of its own (github.com/zerodrop/zerodrop/grpcdrain), so that
+// users of the core module never download grpc-go. The package (and its
+// directory) is named grpcdrain, not grpc, so that it does not shadow
+// google.golang.org/grpc in the files that use both: it is to a
+// *grpc.Server what package drain is to an *http.Server.
 //
 // # The phases
 //

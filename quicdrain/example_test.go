@@ -9,7 +9,7 @@ import (
 
 	"github.com/quic-go/quic-go/http3"
 	"github.com/zerodrop/zerodrop/handoff"
-	quicdrain "github.com/zerodrop/zerodrop/quic"
+	quicdrain "github.com/zerodrop/zerodrop/quicdrain"
 )
 
 // An HTTP/3 server that a deploy restarts by starting the same binary: the

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop"
-	grpcdrain "github.com/zerodrop/zerodrop/grpc"
+	grpcdrain "github.com/zerodrop/zerodrop/grpcdrain"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"

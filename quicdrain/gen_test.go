@@ -18,7 +18,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
-	quicdrain "github.com/zerodrop/zerodrop/quic"
+	quicdrain "github.com/zerodrop/zerodrop/quicdrain"
 	"testing"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
-	quicdrain "github.com/zerodrop/zerodrop/quic"
+	quicdrain "github.com/zerodrop/zerodrop/quicdrain"
 )
 
 // envRounds raises the restarts of TestRestartUnderLoad (default 20).

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop"
-	grpcdrain "github.com/zerodrop/zerodrop/grpc"
+	grpcdrain "github.com/zerodrop/zerodrop/grpcdrain"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )

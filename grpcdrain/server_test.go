@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/drain"
-	grpcdrain "github.com/zerodrop/zerodrop/grpc"
+	grpcdrain "github.com/zerodrop/zerodrop/grpcdrain"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"google.golang.org/grpc"
