@@ -276,3 +276,34 @@ func TestPeersMissing(t *testing.T) {
 		}
 	}
 }
+
+// A TLS run's row adds up the handshakes the workers reported: the share of
+// reconnections (handshakes beyond each client's first) that resumed, and
+// full handshakes per restart; the table lists only runs that reported.
+func TestSummarizeHandshakes(t *testing.T) {
+	tlsRun := func(name string, rep int, full, resumed int64) runResult {
+		r := fakeRun(name, 16, rep, 0, 1)
+		r.Handshakes = &handshakes{Full: full, Resumed: resumed}
+		return r
+	}
+	rows := summarize([]runResult{tlsRun("zd-handoff", 1, 216, 0), tlsRun("zd-tickets", 1, 16, 200),
+		tlsRun("zd-handoff", 2, 216, 4), tlsRun("zd-tickets", 2, 20, 196), fakeRun("naive", 16, 1, 0, 1)})
+	h, k := rows[0], rows[1]
+	if h.ResumedShare != 4.0/404 || h.FullPerRestart != 20 || k.ResumedShare != 396.0/400 || k.FullPerRestart != 0.2 {
+		t.Errorf("zd-handoff %v resumed, %v full per restart; zd-tickets %v, %v; want 4/404, 20; 396/400, 0.2",
+			h.ResumedShare, h.FullPerRestart, k.ResumedShare, k.FullPerRestart)
+	}
+	var md strings.Builder
+	writeMarkdown(&md, rows)
+	for _, want := range []string{
+		"| zd-handoff | 16 | 20 | 432 | 4 | 1.0% | 20.0 |",
+		"| zd-tickets | 16 | 20 | 36 | 396 | 99.0% | 0.2 |",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	if strings.Contains(md.String(), "| naive | 16 | 20 | 0 |") {
+		t.Errorf("a run without handshakes in the handshake table:\n%s", md.String())
+	}
+}

@@ -181,7 +181,7 @@ func TestRunTLS(t *testing.T) {
 		contenders            []string
 	}{
 		{"tls", false, false, false, []string{"naive", "tableflip", "zd-drain", "zd-handoff"}},
-		{"tls-keepalive", true, false, false, []string{"zd-handoff"}},
+		{"tls-keepalive", true, false, false, []string{"zd-handoff", "zd-tickets"}},
 		{"h2", false, true, false, []string{"naive", "zd-handoff", "zd-drain"}},
 		{"h2-post", false, true, true, []string{"zd-drain"}},
 	} {
@@ -210,6 +210,9 @@ func TestRunTLS(t *testing.T) {
 					// Transports dial again), not one per request; plus one
 					// dial per request refused while no server listens
 					// (naive).
+					if tc.keepAlive {
+						checkHandshakes(t, name, res, s.Concurrency)
+					}
 					if dials := l.Dials - l.FailedByClass[load.Refused]; tc.http && dials > 4*int64(len(l.Headers))+4 {
 						t.Errorf("%d dials over HTTP/2 (%d refused) for %d generations; want a few each",
 							l.Dials, l.FailedByClass[load.Refused], len(l.Headers))
@@ -279,5 +282,30 @@ func TestRunH2load(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// checkHandshakes: the workers of a keep-alive TLS run reported a handshake
+// per connection dialled; with no request failed, zd-tickets's clients did a
+// full handshake only on their first connection (at most c, one per session
+// cache) and resumed every reconnection, and zd-handoff's resumed none.
+func checkHandshakes(t *testing.T, name string, res runResult, c int) {
+	t.Helper()
+	h, l := res.Handshakes, res.Load
+	if h == nil {
+		t.Fatal("no handshakes reported")
+	}
+	t.Logf("handshakes: %d full, %d resumed", h.Full, h.Resumed)
+	if l.Failed != 0 {
+		return // a failed handshake drops its client's ticket
+	}
+	if h.Full+h.Resumed != l.Dials {
+		t.Errorf("%d full + %d resumed handshakes for %d dials", h.Full, h.Resumed, l.Dials)
+	}
+	switch {
+	case name == "zd-tickets" && (h.Full > int64(c) || h.Resumed == 0):
+		t.Errorf("zd-tickets: %d full handshakes (want at most %d), %d resumed (want all reconnections)", h.Full, c, h.Resumed)
+	case name == "zd-handoff" && h.Resumed != 0:
+		t.Errorf("zd-handoff: %d handshakes resumed across generations without the keys", h.Resumed)
 	}
 }
