@@ -261,10 +261,11 @@
 // those the earlier responses woke have opened their streams. No response
 // ends while the GOAWAY is on its way. A client starved of CPU answers the
 // probes as slowly, so the wait follows its starvation; a request whose own
-// goroutine the client does not run for longer still fails (in
-// TestHTTP2PostsAcrossHandoffs at load average 23 on 2 cores, 1 in 100
-// handoffs, against 8 to 14 with a single probe: it had chosen its
-// connection 59 ms before the GOAWAY was written). The probes cost each
+// goroutine the client does not run for longer still fails
+// (TestHTTP2PostsAcrossHandoffs, 100 handoffs on 2 cores: 1, 0 and 0 at
+// load average 23, 46 and 20, against 11 and 14 with a single probe at 23
+// and 36; the one had chosen its connection 59 ms before the GOAWAY was
+// written). The probes cost each
 // HTTP/2 connection, at the stop, 20 ms and a few round trips of held writes.
 //
 // # Resets
