@@ -241,11 +241,22 @@ func (l *Listener) identify(r *Report) identity {
 // It returns what the holder scan could not prove (see scan).
 func (l *Listener) look(ctx context.Context, r *Report, id identity) scan {
 	unsure, unreadable := l.inspect(ctx, r, id)
-	switch {
-	case unsure != "":
+	if unsure != "" {
 		return scan{unsure: unsure, blind: unsure}
-	case len(unreadable) > 0:
-		return scan{blind: fmt.Sprintf("the holder scan could not read the fds of %d processes (%s)", len(unreadable), shortPIDs(unreadable))}
+	}
+	// A socket received from a predecessor can be held unseen by a process
+	// that started no earlier than the predecessor (it, its successors,
+	// their children); an older one could only if the predecessor sent it
+	// there, which handoff never does (systemd's store is marked apart).
+	var from uint64
+	if r.Shared == shared.Predecessor {
+		linux.Control(l.tl, func(fd int) error {
+			from, _ = shared.Since(fd)
+			return nil
+		})
+	}
+	if unreadable = sockdiag.Since(unreadable, from); len(unreadable) > 0 {
+		return scan{blind: fmt.Sprintf("the holder scan could not read the fds of %d processes started no earlier than the predecessor (%s)", len(unreadable), shortPIDs(unreadable))}
 	}
 	return scan{}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/shared"
+	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
 )
@@ -310,12 +311,13 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	h.in.version = f.Version
 	h.in.gen = f.Generation + 1
 	h.log.Info("connected to predecessor", zap.String("event", "handoff.connected"), zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid), zap.Uint64("generation", h.in.gen))
+	since := senderStart(int(cred.Pid))
 	socks, err := h.receive(c)
 	if len(socks) > 0 { // also when the predecessor died mid-transfer: they are live sockets
 		h.in.socks = make(map[string]*socket, len(socks))
 		for _, s := range socks {
 			h.in.socks[s.info.Name] = s
-			shared.Mark(s.fd, shared.Predecessor) // a failure leaves drain to its holder scan
+			shared.MarkReceived(s.fd, since) // a failure leaves drain to its holder scan
 		}
 	}
 	if err != nil {
@@ -563,4 +565,19 @@ func (h *handshake) receiveTickets(c *conn) error {
 	}
 	h.log.Info("received session-ticket keys", zap.String("event", "handoff.tickets"), zap.Int("keys", h.cfg.TicketKeys.Len()))
 	return nil
+}
+
+// senderStart is when the predecessor pid (SO_PEERCRED's, numbered in our
+// PID namespace) started, as /proc says, for drain's holder scan (see
+// shared.MarkReceived); 0 (unknown: every process counts) when /proc does
+// not number processes as our namespace does, or cannot say.
+func senderStart(pid int) uint64 {
+	if self, err := sockdiag.SelfPID(); err != nil || self != os.Getpid() {
+		return 0
+	}
+	start, err := sockdiag.StartTime(pid)
+	if err != nil {
+		return 0
+	}
+	return start
 }

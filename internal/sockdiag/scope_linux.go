@@ -218,3 +218,31 @@ func nsPIDs() (int, error) {
 	}
 	return 0, fmt.Errorf("sockdiag: %s/self/status: no NSpid line", procRoot)
 }
+
+// StartTime returns when pid started, in clock ticks after boot (field 22
+// of /proc/PID/stat), as /proc numbers the process.
+func StartTime(pid int) (uint64, error) {
+	st, err := readStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	return st.start, nil
+}
+
+// Since returns, in order, the PIDs among pids that started no earlier than
+// start (ticks after boot, as StartTime): the processes that can have been
+// sent a socket by a process that started at start, or by one of its
+// successors, and the descendants of either. A process whose start cannot be
+// read is kept; one gone meanwhile is dropped.
+func Since(pids []int, start uint64) []int {
+	var out []int
+	for _, pid := range pids {
+		st, err := readStat(pid)
+		switch {
+		case gone(err):
+		case err != nil || st.start >= start:
+			out = append(out, pid)
+		}
+	}
+	return out
+}
