@@ -63,12 +63,13 @@ func TestRollout(t *testing.T) {
 	})
 }
 
-// With keep-alive clients the table shows the connection handoff: a sparse
-// pool of keep-alive clients loses no request in any lossless strategy, and
-// under handoff no server closes a connection (each goes to the successor),
-// while a rolled reuseport group (migrate) closes its stopping worker's, which
-// the reconnections count. Over TLS (which handoff cannot pass) every
-// strategy closes them, and still no request fails.
+// With keep-alive clients the table shows the connection handoff: under
+// handoff no request fails and no server closes a connection (each goes to
+// the successor), while a rolled reuseport group (migrate, a drain.Server
+// without a pool to hand its connections to) closes its stopping worker's
+// idle ones, which the reconnections count; a request its client sends as
+// the server closes such a connection fails (eof), which the table shows
+// too. Over TLS (which handoff cannot pass) every strategy closes them.
 func TestRolloutKeepAlive(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -84,12 +85,15 @@ func TestRolloutKeepAlive(t *testing.T) {
 				byName := decodeStrategies(t, runCommand(t, nil, args...))
 				for _, name := range []string{"migrate", "handoff"} {
 					o := byName[name]
-					t.Logf("%s: requests %d, failed %d %v, dials %d, reconnects %v, server closed %d", name, o.Requests, o.Failed, o.FailedByClass, o.Dials, o.Reconnects, o.ServerClosed)
-					checkOutcome(t, o, 4)
+					t.Logf("%s: requests %d, failed %d %v, dials %d, reconnects %s, server closed %d", name, o.Requests, o.Failed, o.FailedByClass, o.Dials, perRestart(o.Reconnects, 1), o.ServerClosed)
+					if len(o.Errors) > 0 || o.Restarts != 4 {
+						t.Errorf("%s: %d restarts, errors %v", name, o.Restarts, o.Errors)
+					}
 					if o.Reconnects == nil {
 						t.Errorf("%s: no reconnection count with keep-alive clients", name)
 					}
 				}
+				checkOutcome(t, byName["handoff"], 4)
 				h, m := byName["handoff"], byName["migrate"]
 				if tc.name == "pool" && h.ServerClosed != 0 {
 					t.Errorf("handoff: the servers closed %d connections, want 0 (each handed to the successor)", h.ServerClosed)
