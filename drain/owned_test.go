@@ -204,12 +204,7 @@ func TestHandedSocketReleased(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 					opts := func(cred *syscall.Credential, env []string) netnstest.HelperOptions {
-						o := netnstest.HelperOptions{Credential: cred, Env: env}
-						if tc.pidns {
-							o.Env = append(o.Env, envOwnProc+"=1")
-							o.Setup = func(cmd *exec.Cmd) { cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID | syscall.CLONE_NEWNS }
-						}
-						return o
+						return ownerOpts(cred, env, tc.pidns)
 					}
 					predEnv := []string{envOwnAllow + "=65533"}
 					if forget {
@@ -220,6 +215,17 @@ func TestHandedSocketReleased(t *testing.T) {
 			})
 		}
 	}
+}
+
+// ownerOpts runs an "owner" helper as cred with env added, and with pidns in
+// a PID namespace of its own, with its own /proc.
+func ownerOpts(cred *syscall.Credential, env []string, pidns bool) netnstest.HelperOptions {
+	o := netnstest.HelperOptions{Credential: cred, Env: env}
+	if pidns {
+		o.Env = append(o.Env, envOwnProc+"=1")
+		o.Setup = func(cmd *exec.Cmd) { cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID | syscall.CLONE_NEWNS }
+	}
+	return o
 }
 
 // testHanded runs the predecessor with pred, then the successor with succ
@@ -319,12 +325,7 @@ func TestUnreadySuccessorReleases(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 				opts := func(cred *syscall.Credential, env []string) netnstest.HelperOptions {
-					o := netnstest.HelperOptions{Credential: cred, Env: env}
-					if tc.pidns {
-						o.Env = append(o.Env, envOwnProc+"=1")
-						o.Setup = func(cmd *exec.Cmd) { cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID | syscall.CLONE_NEWNS }
-					}
-					return o
+					return ownerOpts(cred, env, tc.pidns)
 				}
 				// The successor's PID file directory: its own, removed by
 				// the successor itself after handoff.New checked it.
