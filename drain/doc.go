@@ -158,7 +158,7 @@
 // Telling every keep-alive client Connection: close at once makes them all
 // reconnect, to the successor or the siblings, in the same few milliseconds;
 // over TLS each reconnection is a full handshake, and the burst costs
-// latency (see BENCHMARKS.md). Server.CloseSpread spreads it, as HAProxy's
+// latency (see bench/results/HISTORY.md). Server.CloseSpread spreads it, as HAProxy's
 // close-spread-time does: once the listener has stopped, the connection i of
 // the n open is served as before until i*CloseSpread/n, then told to close
 // (IdleGrace from then if it is idle) or, over HTTP/2, to go away. The drain
