@@ -16,12 +16,7 @@ import (
 // respond directive, reloaded with caddy reload through its admin API on a
 // unix socket.
 func caddySpecs() []spec {
-	check := func() error {
-		if _, err := exec.LookPath("caddy"); err != nil {
-			return errors.New("caddy is not installed (apt-get install caddy)")
-		}
-		return nil
-	}
+	check := installed("caddy", "caddy")
 	return []spec{
 		{name: "caddy", check: check,
 			about: "Caddy, respond directive; caddy reload (admin API on a unix socket): a configuration reload inside one process, which keeps its listeners; Caddy has no binary upgrade, a new binary is a stop and a start",

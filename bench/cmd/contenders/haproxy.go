@@ -19,12 +19,7 @@ import (
 // mode, answering from the configuration (http-request return, no backend),
 // reloaded seamlessly by the master's SIGUSR2.
 func haproxySpecs() []spec {
-	check := func() error {
-		if _, err := exec.LookPath("haproxy"); err != nil {
-			return errors.New("haproxy is not installed (apt-get install haproxy)")
-		}
-		return nil
-	}
+	check := installed("haproxy", "haproxy")
 	return []spec{
 		{name: "haproxy", check: check,
 			about: "HAProxy master-worker (threads = CPUs), http-request return; reload: SIGUSR2 to the master, stats socket with expose-fd listeners, the master re-executes with -x (seamless reload); a configuration reload of the same binary, which is also how HAProxy upgrades its binary",

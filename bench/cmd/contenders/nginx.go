@@ -15,12 +15,7 @@ import (
 // nginxSpecs are the nginx contenders: Debian's nginx, reloaded with
 // nginx -s reload, serving a "return 200" location.
 func nginxSpecs() []spec {
-	check := func() error {
-		if _, err := exec.LookPath("nginx"); err != nil {
-			return errors.New("nginx is not installed (apt-get install nginx-light)")
-		}
-		return nil
-	}
+	check := installed("nginx", "nginx-light")
 	return []spec{
 		{name: "nginx", check: check, about: "nginx, 4 workers, nginx -s reload (a configuration reload: the binary stays; its binary upgrade is SIGUSR2, not measured)",
 			make: func() contender { return &nginx{workers: [2]int{4, 4}} }},
@@ -159,4 +154,16 @@ func (c *nginx) stop(ctx context.Context) error {
 		err = nil // nginx exits non-zero on SIGTERM
 	}
 	return err
+}
+
+// installed is a spec's check for a peer run from the binary bin of the
+// Debian package pkg: an error, naming the package to install, when bin is
+// not on PATH.
+func installed(bin, pkg string) func() error {
+	return func() error {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s is not installed (apt-get install %s)", bin, pkg)
+		}
+		return nil
+	}
 }
