@@ -311,7 +311,7 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	h.in.version = f.Version
 	h.in.gen = f.Generation + 1
 	h.log.Info("connected to predecessor", zap.String("event", "handoff.connected"), zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid), zap.Uint64("generation", h.in.gen))
-	since := senderStart(int(cred.Pid))
+	since := senderStart(f.PID)
 	socks, err := h.receive(c)
 	if len(socks) > 0 { // also when the predecessor died mid-transfer: they are live sockets
 		h.in.socks = make(map[string]*socket, len(socks))
@@ -567,17 +567,25 @@ func (h *handshake) receiveTickets(c *conn) error {
 	return nil
 }
 
-// senderStart is when the predecessor pid (SO_PEERCRED's, numbered in our
-// PID namespace) started, as /proc says, for drain's holder scan (see
-// shared.MarkReceived); 0 (unknown: every process counts) when /proc does
-// not number processes as our namespace does, or cannot say.
+// senderStart is when the predecessor started, as /proc says, for drain's
+// holder scan (see shared.MarkReceived): pid is the one its hello gives
+// (SO_PEERCRED names the process that bound the handoff socket, an older
+// generation when the socket was passed on). It is used only when /proc
+// numbers our PID namespace and that process started no later than us, as a
+// predecessor did; otherwise the bound is just after /proc's PID 1 started:
+// every process but that init counts, and the init can hold our socket only
+// if it was sent there, which handoff never does (systemd's fd store is
+// marked apart). 0 (every process) when /proc cannot say.
 func senderStart(pid int) uint64 {
-	if self, err := sockdiag.SelfPID(); err != nil || self != os.Getpid() {
-		return 0
+	if self, err := sockdiag.SelfPID(); err == nil && self == os.Getpid() {
+		start, err := sockdiag.StartTime(pid)
+		mine, err2 := sockdiag.StartTime(self)
+		if err == nil && err2 == nil && start <= mine {
+			return start
+		}
 	}
-	start, err := sockdiag.StartTime(pid)
-	if err != nil {
-		return 0
+	if start, err := sockdiag.StartTime(1); err == nil {
+		return start + 1
 	}
-	return start
+	return 0
 }
