@@ -74,8 +74,9 @@ func readEvents(t *testing.T) map[string]documented {
 // TestPredecessorNoAnswer and TestRacingSuccessors; handoff.conns_refused a
 // predecessor passing a connection that is not what it declares, as in
 // handoff's TestConnsRefused; handoff.sibling_connected a ConnListener, as
-// in handoff's TestSiblings).
-var notTriggered = []string{"handoff.conns_refused", "handoff.sibling_connected", "drain.unsure", "handoff.accept_error", "handoff.fallback", "handoff.no_answer", "handoff.redial", "handoff.listen.mismatch", "handoff.listen.options", "handoff.listen.systemd"}
+// in handoff's TestSiblings; handoff.conns_idle a sibling that says hello and
+// sends nothing, as in handoff's TestConnListenerIdleSlots).
+var notTriggered = []string{"handoff.conns_refused", "handoff.sibling_connected", "handoff.conns_idle", "drain.unsure", "handoff.accept_error", "handoff.fallback", "handoff.no_answer", "handoff.redial", "handoff.listen.mismatch", "handoff.listen.options", "handoff.listen.systemd"}
 
 // Every step of a drain (listener and HTTP server) and of a handoff (both
 // sides, with an unclaimed socket and a refused peer) logs an event of the
