@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"text/template"
 )
@@ -50,11 +49,7 @@ var caddyTemplate = template.Must(template.New("Caddyfile").Parse(`{
 
 // render writes the Caddyfile to path.
 func (c caddyConf) render(path string) error {
-	var b strings.Builder
-	if err := caddyTemplate.Execute(&b, c); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return renderFile(caddyTemplate, c, path)
 }
 
 // caddy is one caddy run process with a Caddyfile in the run's directory. A

@@ -54,11 +54,7 @@ frontend bench
 
 // render writes the configuration to path.
 func (c haproxyConf) render(path string) error {
-	var b strings.Builder
-	if err := haproxyTemplate.Execute(&b, c); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return renderFile(haproxyTemplate, c, path)
 }
 
 // haproxy is a HAProxy master started in the foreground (-W -db) with its

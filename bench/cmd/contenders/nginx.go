@@ -67,11 +67,7 @@ http {
 
 // render writes the configuration to path.
 func (c nginxConf) render(path string) error {
-	var b strings.Builder
-	if err := nginxTemplate.Execute(&b, c); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return renderFile(nginxTemplate, c, path)
 }
 
 // nginx is an nginx master with its own prefix in the run's directory. A
@@ -166,4 +162,13 @@ func installed(bin, pkg string) func() error {
 		}
 		return nil
 	}
+}
+
+// renderFile writes t executed with data to path: a peer's configuration.
+func renderFile(t *template.Template, data any, path string) error {
+	var b strings.Builder
+	if err := t.Execute(&b, data); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
