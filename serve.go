@@ -189,6 +189,9 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 			g.u.StopTakingConns() // none acked that ServeConn would close
 		}
 		g.Stopping(cause)
+		for _, s := range servers {
+			<-s.Serving() // a Shutdown before Serve has its listener would not drain it
+		}
 		var err error
 		rep.Drains, err = drainAll(servers, served, delay, orDefaultDuration(opts.Grace, 30*time.Second))
 		return rep, err

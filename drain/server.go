@@ -109,7 +109,9 @@ type Server struct {
 	draining atomic.Bool
 	mu       sync.Mutex
 	l        *Listener
-	served   chan struct{}         // closed when HTTP.Serve has returned
+	served   chan struct{} // closed when HTTP.Serve has returned
+	taken    chan struct{} // closed when Serve has its listener or refused it (see Serving)
+	takeOnce sync.Once
 	shut     runonce.Call[*Report] // the one drain: callers get copies of its report
 
 	// ServeConn's (handover.go), under mu.
@@ -188,6 +190,33 @@ func (s *Server) Ready() http.Handler {
 	})
 }
 
+// Serving returns a channel closed once Serve or ServeTLS has its listener
+// (a Shutdown from then on drains it and reports it) or has refused it. A
+// Shutdown that begins before finds no listener to drain: its report has no
+// Method, and the listener a later Serve gets is closed the way
+// Listener.Close closes it. A caller that runs Serve in a goroutine and may
+// shut down at once waits for Serving first.
+func (s *Server) Serving() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.taken == nil {
+		s.taken = make(chan struct{})
+	}
+	return s.taken
+}
+
+// tookListener closes the channel Serving returns, once.
+func (s *Server) tookListener() {
+	s.takeOnce.Do(func() {
+		s.mu.Lock()
+		if s.taken == nil {
+			s.taken = make(chan struct{})
+		}
+		close(s.taken)
+		s.mu.Unlock()
+	})
+}
+
 // Serve serves HTTP on l, wrapped by Wrap unless it is a *Listener already; it
 // takes ownership of l. Like http.Server.Serve it returns
 // http.ErrServerClosed after Shutdown, and it serves plain HTTP whatever
@@ -207,6 +236,7 @@ func (s *Server) httpServe(l net.Listener) error {
 
 // serve wraps l and runs serveFn on it: http.Server's Serve or ServeTLS.
 func (s *Server) serve(l net.Listener, serveFn func(net.Listener) error) error {
+	defer s.tookListener() // on every early return; after s.l is set below
 	if nilListener(l) {
 		return &net.OpError{Op: "serve", Net: "tcp", Err: ErrNilListener}
 	}
@@ -238,6 +268,7 @@ func (s *Server) serve(l net.Listener, serveFn func(net.Listener) error) error {
 	s.l = dl
 	s.served = make(chan struct{})
 	s.mu.Unlock()
+	s.tookListener()
 	err := serveFn(dl)
 	dl.Close() // http.Server.ServeTLS returns before serving when its certificate fails
 	close(s.served)

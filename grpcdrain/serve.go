@@ -57,7 +57,14 @@ func Serve(ctx context.Context, s *Server, addrs []string, opts zerodrop.Options
 	lns := g.Listeners()
 	served := make(chan error, len(lns))
 	for _, l := range lns {
-		go func() { served <- s.Serve(l) }()
+		// Registered before any Shutdown can begin (a Ready that fails at
+		// once drains them), served in the background.
+		tl, err := s.take(l)
+		if err != nil {
+			served <- err
+			continue
+		}
+		go func() { served <- s.serveTaken(tl) }()
 	}
 	shutdown := func(cause string, delay time.Duration) (*ServeReport, error) {
 		rep.Cause = cause

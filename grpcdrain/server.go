@@ -80,6 +80,16 @@ func (s *Server) Health() *health.Server { return s.health }
 // stopped l, grpc.ErrServerStopped when called after Shutdown began, and
 // the error of drain.Wrap (l closed) or of Accept otherwise.
 func (s *Server) Serve(l net.Listener) error {
+	tl, err := s.take(l)
+	if err != nil {
+		return err
+	}
+	return s.serveTaken(tl)
+}
+
+// take wraps l and registers it, so that a Shutdown from then on drains it;
+// after Shutdown began it closes l and returns grpc.ErrServerStopped.
+func (s *Server) take(l net.Listener) (*trackedListener, error) {
 	dl, ok := l.(*drain.Listener)
 	if !ok {
 		opts := s.cfg.Listener
@@ -89,19 +99,23 @@ func (s *Server) Serve(l net.Listener) error {
 			if l != nil && !errors.Is(err, drain.ErrNilListener) {
 				l.Close()
 			}
-			return err
+			return nil, err
 		}
 	}
 	tl := &trackedListener{Listener: dl, t: s.t}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.draining.Load() {
-		s.mu.Unlock()
 		dl.Close()
-		return grpc.ErrServerStopped
+		return nil, grpc.ErrServerStopped
 	}
 	s.lns = append(s.lns, tl)
 	s.serving.Add(1)
-	s.mu.Unlock()
+	return tl, nil
+}
+
+// serveTaken serves gRPC on a listener take registered.
+func (s *Server) serveTaken(tl *trackedListener) error {
 	defer s.serving.Done()
 	err := s.gs.Serve(tl)
 	if s.draining.Load() && (err == nil || errors.Is(err, net.ErrClosed)) {
@@ -111,7 +125,7 @@ func (s *Server) Serve(l net.Listener) error {
 		return err
 	}
 	if err != nil {
-		return &net.OpError{Op: "serve", Net: "tcp", Addr: dl.Addr(), Err: err}
+		return &net.OpError{Op: "serve", Net: "tcp", Addr: tl.Addr(), Err: err}
 	}
 	return nil
 }
