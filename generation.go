@@ -14,6 +14,7 @@ import (
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/sockets"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -36,8 +37,8 @@ import (
 // Options.UpgradeSignals; Close removes them.
 type Generation struct {
 	u     *handoff.Upgrader // nil without Handoff
-	act   *systemd.Activation
-	names []string // the addresses, the listeners' names for handoff
+	table *sockets.Table    // the Upgrader's, or our own without Handoff
+	names []string          // the addresses, the listeners' names in the table
 	lns   []net.Listener
 	wd    *systemd.Watchdog
 	log   *zap.Logger
@@ -86,30 +87,20 @@ func Open(ctx context.Context, addrs []string, opts Options) (g *Generation, err
 		}
 		g.upgrade = make(chan os.Signal, 1)
 		signal.Notify(g.upgrade, signalsOr(opts.UpgradeSignals, syscall.SIGHUP)...)
-	} else if g.act, err = systemd.Activated(); err != nil {
+		g.table = g.u.Table()
+	} else if g.table, err = sockets.New(sockets.Config{Listen: cfg, Systemd: true, Logger: opts.Logger}, nil); err != nil {
 		return g, err
 	}
 	for _, a := range addrs {
-		var l net.Listener
-		switch {
-		case g.u != nil:
-			l, err = g.u.Listen(ctx, a, "tcp", a)
-		default:
-			l, err = g.act.Listener(ctx, a, "tcp", a, &cfg)
-			if errors.Is(err, systemd.ErrNotFound) || (err == nil && l == nil) {
-				l, err = cfg.Listen(ctx, "tcp", a)
-			}
-		}
+		l, err := g.table.Listen(ctx, a, "tcp", a)
 		if err != nil {
 			return g, err
 		}
 		g.names = append(g.names, a)
 		g.lns = append(g.lns, l)
 	}
-	if g.act != nil {
-		if left := g.act.Available(); len(left) > 0 {
-			g.log.Warn("activated sockets not used", zap.String("event", "zerodrop.unused_fds"), zap.Strings("fds", left))
-		}
+	if left := g.table.Unclaimed(); len(left) > 0 {
+		g.log.Warn("sockets passed to us and not used", zap.String("event", "zerodrop.unused_fds"), zap.Strings("fds", left))
 	}
 	return g, nil
 }
@@ -295,8 +286,8 @@ func (g *Generation) Stopping(cause string) {
 	}
 }
 
-// Close releases what the servers did not: the Upgrader, activated fds no
-// address took, the watchdog, the signal handlers. It does not close the
+// Close releases what the servers did not: the Upgrader, the socket
+// table's references and the activated fds no address took, the watchdog, the signal handlers. It does not close the
 // listeners (their servers do).
 func (g *Generation) Close() error {
 	signal.Stop(g.stop)
@@ -306,14 +297,13 @@ func (g *Generation) Close() error {
 	if g.wd != nil {
 		g.wd.Stop()
 	}
-	var err error
-	if g.u != nil {
-		err = g.u.Close()
+	switch {
+	case g.u != nil:
+		return g.u.Close() // and its table
+	case g.table != nil:
+		return g.table.Close()
 	}
-	if g.act != nil {
-		err = errors.Join(err, g.act.Close())
-	}
-	return err
+	return nil
 }
 
 // startSuccessor starts the next generation; it is reaped here if it exits

@@ -4,11 +4,16 @@ import (
 	"context"
 	"net"
 
+	"github.com/zerodrop/zerodrop/internal/shared"
 	"github.com/zerodrop/zerodrop/reuseport"
 )
 
 // Listener takes a listening socket like Take and turns it into a
-// net.Listener (a *net.TCPListener or *net.UnixListener) that the caller owns.
+// net.Listener (a *net.TCPListener or *net.UnixListener) that the caller owns,
+// marked as held by systemd (so that package drain releases it rather than
+// shut it down). A generation's listeners are better taken through
+// package sockets (its Table checks and marks every origin the same way, and
+// returns a *reuseport.Listener); Listener is the primitive beneath.
 // When cfg is not nil the socket's options must agree with cfg (CheckOptions,
 // TCP only; ignore lists options to leave out).
 //
@@ -34,5 +39,6 @@ func (a *Activation) Listener(ctx context.Context, name, network, address string
 	if err != nil {
 		return nil, &FDError{Op: "take", FD: p.fd, Name: p.name, Kind: ErrKind, Err: err}
 	}
+	shared.Mark(int(f.Fd()), shared.Systemd) // a failure leaves drain to its holder scan
 	return l, nil
 }
