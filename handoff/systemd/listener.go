@@ -4,16 +4,16 @@ import (
 	"context"
 	"net"
 
-	"github.com/zerodrop/zerodrop/internal/shared"
 	"github.com/zerodrop/zerodrop/reuseport"
 )
 
 // Listener takes a listening socket like Take and turns it into a
-// net.Listener (a *net.TCPListener or *net.UnixListener) that the caller owns,
-// marked as held by systemd (so that package drain releases it rather than
-// shut it down). A generation's listeners are better taken through
-// package sockets (its Table checks and marks every origin the same way, and
-// returns a *reuseport.Listener); Listener is the primitive beneath.
+// net.Listener (a *net.TCPListener or *net.UnixListener) that the caller owns.
+// It is the primitive beneath package sockets, whose Table takes a
+// generation's listeners from every origin the same way: it checks the
+// options, returns a *reuseport.Listener, and marks the socket as systemd's,
+// which makes package drain release it unless its holder scan reads every
+// process and finds no other holder.
 // When cfg is not nil the socket's options must agree with cfg (CheckOptions,
 // TCP only; ignore lists options to leave out).
 //
@@ -39,6 +39,5 @@ func (a *Activation) Listener(ctx context.Context, name, network, address string
 	if err != nil {
 		return nil, &FDError{Op: "take", FD: p.fd, Name: p.name, Kind: ErrKind, Err: err}
 	}
-	shared.Mark(int(f.Fd()), shared.Systemd) // a failure leaves drain to its holder scan
 	return l, nil
 }
