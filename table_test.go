@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop"
+	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/internal/shared"
@@ -21,15 +22,15 @@ import (
 
 // tableMain opens a Generation on ZD_ADDR as a socket-activated service
 // (LISTEN_PID set here, as systemd sets it between fork and exec), through
-// handoff when ZD_SOCK is set, and with Options.Listen asking for
+// handoff when ZD_SOCK is set, and with Options.Handoff.Listen asking for
 // TCP_DEFER_ACCEPT when ZD_MISMATCH is set (systemd's socket has none). It
 // prints "table <type of the listener> <errors.Is(err,
 // reuseport.ErrOptionMismatch)> <the ownership mark of its socket>".
 func tableMain() {
 	os.Setenv("LISTEN_PID", strconv.Itoa(os.Getpid()))
-	opts := zerodrop.Options{Handoff: os.Getenv("ZD_SOCK"), Signals: []os.Signal{}}
+	opts := zerodrop.Options{Handoff: handoff.Config{Path: os.Getenv("ZD_SOCK")}, NoSignals: true}
 	if os.Getenv("ZD_MISMATCH") != "" {
-		opts.Listen.Options.DeferAccept = time.Second
+		opts.Handoff.Listen.Options.DeferAccept = time.Second
 	}
 	g, err := zerodrop.Open(context.Background(), []string{os.Getenv("ZD_ADDR")}, opts)
 	if err != nil {
@@ -52,7 +53,7 @@ func tableMain() {
 
 // TestActivatedSocketOnePath: one systemd-activated socket opened by
 // zerodrop.Open with and without handoff gets the same checks (options that
-// differ from Options.Listen fail with reuseport.ErrOptionMismatch), the
+// differ from Options.Handoff.Listen fail with reuseport.ErrOptionMismatch), the
 // same type (*reuseport.Listener) and the same ownership mark (held by
 // systemd, so that a drain never shuts it down). Before the socket table,
 // the path without handoff returned a *net.TCPListener and did not mark the

@@ -22,7 +22,7 @@ const CauseSuccessor = zerodrop.CauseSuccessor
 
 // Serve runs s as one generation of a service on the TCP addresses given,
 // as zerodrop.Serve runs an http.Server: it takes each listener from the
-// predecessor on opts.Handoff, else from systemd socket activation, else
+// predecessor on opts.Handoff.Path, else from systemd socket activation, else
 // creates a fresh reuseport socket; serves them all through s; tells the
 // predecessor and systemd it is ready; then waits. An upgrade signal
 // (default SIGHUP) starts a successor. It stops when the successor is
@@ -32,10 +32,11 @@ const CauseSuccessor = zerodrop.CauseSuccessor
 // report.
 //
 // opts is zerodrop.Options; ReadyPath does not apply (the health service
-// is the readiness: see Server.Health) and must be empty; OnReport is
-// called once per listener. opts.Delay replaces s's Config.Delay for the
-// stops that have one. Serve installs signal handlers for its duration,
-// as zerodrop.Serve does.
+// is the readiness: see Server.Health) and must be empty, and so must the
+// HTTP ones (Drain, NoConnHandoff, Pool): s's Config.OnReport gets the
+// report. opts.Delay replaces s's Config.Delay for the stops that have one.
+// Serve installs signal handlers for its duration, as zerodrop.Serve does
+// (see Options.NoSignals).
 func Serve(ctx context.Context, s *Server, addrs []string, opts zerodrop.Options) (*ServeReport, error) {
 	switch {
 	case s == nil:
@@ -44,6 +45,8 @@ func Serve(ctx context.Context, s *Server, addrs []string, opts zerodrop.Options
 		return nil, zerodrop.ErrNoAddress
 	case opts.ReadyPath != "":
 		return nil, errors.New("grpcdrain: Options.ReadyPath does not apply to gRPC (the health service answers)")
+	case opts.Drain != nil, opts.NoConnHandoff, opts.Pool != "":
+		return nil, errors.New("grpcdrain: Options.Drain, NoConnHandoff and Pool are for HTTP servers (a gRPC connection cannot be handed over)")
 	}
 	g, err := zerodrop.Open(ctx, addrs, opts)
 	if err != nil {
@@ -78,11 +81,6 @@ func Serve(ctx context.Context, s *Server, addrs []string, opts zerodrop.Options
 		defer cancel()
 		var err error
 		rep.Drain, err = s.Shutdown(dctx)
-		if rep.Drain != nil && opts.OnReport != nil {
-			for _, l := range rep.Drain.Listeners {
-				opts.OnReport(l)
-			}
-		}
 		for range lns {
 			if serr := <-served; serr != nil {
 				err = errors.Join(err, serr)
