@@ -13,11 +13,18 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"golang.org/x/sys/unix"
 )
 
 // abstract reports whether path names the abstract namespace ("@name").
 func abstract(path string) bool { return len(path) > 0 && path[0] == '@' }
+
+// pathError wraps err once in the *net.OpError of op on the unix socket
+// path.
+func pathError(op, path string, err error) error {
+	return neterr.Op(op, "unix", &net.UnixAddr{Name: path, Net: "unix"}, err)
+}
 
 // maxSunPath is the longest path a unix socket address holds: sun_path is
 // 108 bytes, and a file path needs its terminating NUL (an abstract name,
@@ -50,7 +57,7 @@ func checkPath(path string) error {
 	case errors.Is(err, unix.ENOENT):
 		return nil
 	case err != nil:
-		return &net.OpError{Op: "check", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: os.NewSyscallError("lstat", err)}
+		return pathError("check", path, os.NewSyscallError("lstat", err))
 	case st.Mode&unix.S_IFMT != unix.S_IFSOCK:
 		return bad("exists and is a " + linux.FileType(st.Mode) + ", not a socket")
 	}
@@ -70,7 +77,7 @@ func checkDir(path string) error {
 	}
 	dir, err := filepath.Abs(filepath.Dir(path))
 	if err != nil {
-		return &net.OpError{Op: "check", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: err}
+		return pathError("check", path, err)
 	}
 	dirs := []string{dir}
 	if real, err := filepath.EvalSymlinks(dir); err == nil && real != dir {
@@ -95,7 +102,7 @@ func checkDir(path string) error {
 func checkOneDir(path, dir string, parent bool) error {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
-		return &net.OpError{Op: "check", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: os.NewSyscallError("stat "+dir, err)}
+		return pathError("check", path, os.NewSyscallError("stat "+dir, err))
 	}
 	e := &InsecurePathError{Path: path, Dir: dir, Mode: os.FileMode(st.Mode & 0o7777), UID: st.Uid}
 	sticky := st.Mode&unix.S_ISVTX != 0
