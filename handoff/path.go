@@ -35,7 +35,8 @@ const maxSunPath = 107
 // than in Ready: empty, too long for sun_path (for a file path, the
 // temporary name Ready binds first too), or naming something that is not a
 // socket (a regular file, a directory, a symlink: Ready would replace it, and
-// connecting to it proves nothing about a predecessor).
+// connecting to it proves nothing about a predecessor). Its errors are not
+// wrapped in a *net.OpError: each caller wraps them once, in its own op.
 func checkPath(path string) error {
 	bad := func(why string) error { return &PathError{Path: path, Why: why} }
 	switch {
@@ -57,7 +58,7 @@ func checkPath(path string) error {
 	case errors.Is(err, unix.ENOENT):
 		return nil
 	case err != nil:
-		return pathError("check", path, os.NewSyscallError("lstat", err))
+		return os.NewSyscallError("lstat", err)
 	case st.Mode&unix.S_IFMT != unix.S_IFSOCK:
 		return bad("exists and is a " + linux.FileType(st.Mode) + ", not a socket")
 	}
