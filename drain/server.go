@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/internal/runonce"
 	"go.uber.org/zap"
 )
@@ -238,10 +239,10 @@ func (s *Server) httpServe(l net.Listener) error {
 func (s *Server) serve(l net.Listener, serveFn func(net.Listener) error) error {
 	defer s.tookListener() // on every early return; after s.l is set below
 	if nilListener(l) {
-		return &net.OpError{Op: "serve", Net: "tcp", Err: ErrNilListener}
+		return neterr.Op("serve", "tcp", nil, ErrNilListener)
 	}
 	if s.HTTP == nil {
-		e := &net.OpError{Op: "serve", Net: "tcp", Addr: l.Addr(), Err: ErrNoHTTPServer}
+		e := neterr.Op("serve", "tcp", l.Addr(), ErrNoHTTPServer)
 		l.Close()
 		return e
 	}
@@ -263,7 +264,7 @@ func (s *Server) serve(l net.Listener, serveFn func(net.Listener) error) error {
 		if s.draining.Load() {
 			return http.ErrServerClosed
 		}
-		return &net.OpError{Op: "serve", Net: "tcp", Addr: dl.Addr(), Err: errors.New("drain.Server serves one listener")}
+		return neterr.Op("serve", "tcp", dl.Addr(), errors.New("drain.Server serves one listener"))
 	}
 	s.l = dl
 	s.served = make(chan struct{})
@@ -309,11 +310,11 @@ func (s *Server) install() {
 // gets a nil report and an error wrapping its ctx.Err() (the drain goes on).
 func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 	if s.HTTP == nil {
-		return nil, &net.OpError{Op: "shutdown", Net: "tcp", Err: ErrNoHTTPServer}
+		return nil, neterr.Op("shutdown", "tcp", nil, ErrNoHTTPServer)
 	}
 	rep, err, ok := s.shut.Do(ctx, func() (*Report, error) { return s.shutdown(ctx) })
 	if !ok {
-		return nil, &net.OpError{Op: "shutdown", Net: "tcp", Addr: s.addr(), Err: fmt.Errorf("waiting for the Shutdown in progress: %w", err)}
+		return nil, neterr.Op("shutdown", "tcp", s.addr(), fmt.Errorf("waiting for the Shutdown in progress: %w", err))
 	}
 	return rep.clone(), err
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/internal/runonce"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -125,7 +126,7 @@ func (s *Server) serveTaken(tl *trackedListener) error {
 		return err
 	}
 	if err != nil {
-		return &net.OpError{Op: "serve", Net: "tcp", Addr: tl.Addr(), Err: err}
+		return neterr.Op("serve", "tcp", tl.Addr(), err)
 	}
 	return nil
 }
@@ -146,7 +147,7 @@ func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 	s.mu.Unlock()
 	rep, err, ok := s.shut.Do(ctx, func() (*Report, error) { return s.shutdown(ctx) })
 	if !ok {
-		return nil, &net.OpError{Op: "shutdown", Net: "tcp", Err: fmt.Errorf("waiting for the Shutdown in progress: %w", err)}
+		return nil, neterr.Op("shutdown", "tcp", nil, fmt.Errorf("waiting for the Shutdown in progress: %w", err))
 	}
 	return rep.clone(), err
 }
