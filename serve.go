@@ -160,47 +160,49 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 	}
 	g := &generationSet{Generation: gen}
 	defer g.close()
+	h := &httpService{g: g, srv: srv, opts: opts, log: log}
 	rep := &Report{Generation: g.Number()}
-	if opts.OnListen != nil {
-		opts.OnListen(rep.Generation, g.Addrs())
-	}
-	servers, served := g.serve(srv, opts, log)
-	shutdown := func(cause string, delay time.Duration) (*Report, error) {
-		rep.Cause = cause
-		if g.pool != nil {
-			g.pool.stopListening() // siblings stopping now pick another
-		}
-		if g.u != nil {
-			g.u.StopTakingConns() // none acked that ServeConn would close
-		}
-		g.Stopping(cause)
-		for _, s := range servers {
-			<-s.Serving() // a Shutdown before Serve has its listener would not drain it
-		}
-		var err error
-		rep.Drains, err = drainAll(servers, served, delay, orDefaultDuration(opts.Grace, 30*time.Second))
-		return rep, err
-	}
-
-	if err := g.passConns(servers, opts, log); err != nil {
-		_, serr := shutdown("connection handoff failed", 0)
-		return rep, errors.Join(err, serr)
-	}
-	if err := g.Ready(fmt.Sprintf("generation %d serving %s", rep.Generation, strings.Join(addrs, " "))); err != nil {
-		_, serr := shutdown("ready failed", 0)
-		return rep, errors.Join(err, serr)
-	}
-	if opts.OnServing != nil {
-		opts.OnServing(rep.Generation, g.Addrs())
-	}
-	cause, delay, err := g.Wait(ctx, served.first)
-	if err != nil {
-		_, serr := shutdown(cause, 0)
-		return rep, errors.Join(fmt.Errorf("zerodrop: serve: %w", err), serr)
-	}
-	rep, err = shutdown(cause, delay)
-	g.Linger(ctx, cause)
+	rep.Cause, err = g.Run(ctx, h, fmt.Sprintf("generation %d serving %s", rep.Generation, strings.Join(addrs, " ")))
+	rep.Drains = h.drains
 	return rep, err
+}
+
+// httpService is Serve's Service: a drain.Server per listener, each
+// passing its idle connections to a successor or a sibling of the Pool.
+type httpService struct {
+	g       *generationSet
+	srv     *http.Server
+	opts    Options
+	log     *zap.Logger
+	servers []*drain.Server
+	served  *serveResult
+	drains  []*drain.Report
+}
+
+// Start serves every listener and has the servers that hand their
+// connections over serve those passed to them.
+func (h *httpService) Start(*Generation) (<-chan error, error) {
+	h.servers, h.served = h.g.serve(h.srv, h.opts, h.log)
+	if err := h.g.passConns(h.servers, h.opts, h.log); err != nil {
+		return nil, fmt.Errorf("connection handoff: %w", err)
+	}
+	return h.served.first, nil
+}
+
+// Stop drains every server at once.
+func (h *httpService) Stop(ctx context.Context, _ string, delay time.Duration) error {
+	if h.g.pool != nil {
+		h.g.pool.stopListening() // siblings stopping now pick another
+	}
+	if h.g.u != nil {
+		h.g.u.StopTakingConns() // none acked that ServeConn would close
+	}
+	for _, s := range h.servers {
+		<-s.Serving() // a Shutdown before Serve has its listener would not drain it
+	}
+	var err error
+	h.drains, err = drainAll(ctx, h.servers, h.served, delay)
+	return err
 }
 
 // serveTickets makes opts.Handoff.TicketKeys for srv and installs them into a clone
@@ -357,11 +359,9 @@ func readiness(path string, ready, next http.Handler) http.Handler {
 	})
 }
 
-// drainAll shuts every server down at once, bounded by grace, and waits for
-// their Serve calls to return.
-func drainAll(servers []*drain.Server, served *serveResult, delay, grace time.Duration) ([]*drain.Report, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), delay+grace)
-	defer cancel()
+// drainAll shuts every server down at once, each server's delay first,
+// bounded by ctx, and waits for their Serve calls to return.
+func drainAll(ctx context.Context, servers []*drain.Server, served *serveResult, delay time.Duration) ([]*drain.Report, error) {
 	reps := make([]*drain.Report, len(servers))
 	errs := make([]error, len(servers))
 	var wg sync.WaitGroup

@@ -53,56 +53,52 @@ func Serve(ctx context.Context, s *Server, addrs []string, opts zerodrop.Options
 		return nil, err
 	}
 	defer g.Close()
+	gs := &service{s: s}
 	rep := &ServeReport{Generation: g.Number()}
-	if opts.OnListen != nil {
-		opts.OnListen(rep.Generation, g.Addrs())
-	}
+	rep.Cause, err = g.Run(ctx, gs, fmt.Sprintf("generation %d serving gRPC on %s", rep.Generation, strings.Join(addrs, " ")))
+	rep.Drain = gs.drain
+	return rep, err
+}
+
+// service is Serve's zerodrop.Service: s on every listener of the
+// generation.
+type service struct {
+	s      *Server
+	n      int // listeners served
+	served chan error
+	drain  *Report
+}
+
+// Start registers every listener before any Stop can begin (a Ready that
+// fails at once drains them), and serves them in the background.
+func (gs *service) Start(g *zerodrop.Generation) (<-chan error, error) {
 	lns := g.Listeners()
-	served := make(chan error, len(lns))
+	gs.n, gs.served = len(lns), make(chan error, len(lns)+1)
 	for _, l := range lns {
-		// Registered before any Shutdown can begin (a Ready that fails at
-		// once drains them), served in the background.
-		tl, err := s.take(l)
+		tl, err := gs.s.take(l)
 		if err != nil {
-			served <- err
+			gs.served <- err
 			continue
 		}
-		go func() { served <- s.serveTaken(tl) }()
+		go func() { gs.served <- gs.s.serveTaken(tl) }()
 	}
-	shutdown := func(cause string, delay time.Duration) (*ServeReport, error) {
-		rep.Cause = cause
-		g.Stopping(cause)
-		s.cfg.Delay = delay
-		grace := opts.Grace
-		if grace <= 0 {
-			grace = 30 * time.Second
-		}
-		dctx, cancel := context.WithTimeout(context.Background(), delay+grace)
-		defer cancel()
-		var err error
-		rep.Drain, err = s.Shutdown(dctx)
-		for range lns {
-			if serr := <-served; serr != nil {
-				err = errors.Join(err, serr)
-			}
-		}
-		return rep, err
-	}
+	return gs.served, nil
+}
 
-	if err := g.Ready(fmt.Sprintf("generation %d serving gRPC on %s", rep.Generation, strings.Join(addrs, " "))); err != nil {
-		_, serr := shutdown("ready failed", 0)
-		return rep, errors.Join(err, serr)
-	}
-	if opts.OnServing != nil {
-		opts.OnServing(rep.Generation, g.Addrs())
-	}
-	cause, delay, err := g.Wait(ctx, served)
+// Stop drains s (its Config.Delay is the stop's) and collects every
+// listener's Serve result.
+func (gs *service) Stop(ctx context.Context, cause string, delay time.Duration) error {
+	gs.s.cfg.Delay = delay
+	var err error
+	gs.drain, err = gs.s.Shutdown(ctx)
+	n := gs.n
 	if cause == "serve failed" {
-		served <- nil // shutdown collects one result per listener
-		_, serr := shutdown(cause, 0)
-		return rep, errors.Join(fmt.Errorf("grpcdrain: serve: %w", err), serr)
+		n-- // Wait took that listener's result
 	}
-	rep, err = shutdown(cause, delay)
-	g.Linger(ctx, cause)
-	return rep, err
+	for range n {
+		if serr := <-gs.served; serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}
+	return err
 }
