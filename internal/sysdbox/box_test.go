@@ -200,3 +200,23 @@ func TestBootCgroupNameTaken(t *testing.T) {
 		t.Fatalf("the box took the existing cgroup %s", b.cgroup)
 	}
 }
+
+// TestTransientMounts: a bpf filesystem another test mounted on its
+// zerodrop-bpffs-* directory and unmounted while a box ran is not the box's
+// doing (examples/systemd failed so beside reuseport/steer's tests); any
+// other mount that went away is.
+func TestTransientMounts(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want bool
+	}{
+		{"50 27 0:56 / /tmp/zerodrop-bpffs-469023446 rw,relatime - bpf bpf rw,mode=700", false},
+		{"50 27 0:56 / /tmp/zerodrop-bpffs-469023446 rw,relatime - tmpfs tmpfs rw", true},
+		{"31 1 0:27 / /tmp rw,nosuid,nodev - tmpfs tmpfs rw", true},
+		{"33 1 0:29 / /sys/fs/bpf rw - bpf bpf rw", true},
+	} {
+		if got := notTransient(tc.line); got != tc.want {
+			t.Errorf("notTransient(%q) = %v, want %v", tc.line, got, tc.want)
+		}
+	}
+}
