@@ -1,0 +1,214 @@
+package quicdrain_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"github.com/zerodrop/zerodrop/internal/netnstest"
+	quicdrain "github.com/zerodrop/zerodrop/quicdrain"
+	"github.com/zerodrop/zerodrop/reuseport/steer"
+)
+
+func init() { netnstest.RegisterHelper("h3steer", h3steerMain) }
+
+// Environment of the "h3steer" helper (with envAddr, envDir, envCert,
+// envKey of h3gen).
+const (
+	envGen = "ZD_GEN" // this process's generation
+	envBPF = "ZD_BPF" // the bpf filesystem of the steering group
+)
+
+// h3steerMain is one steered generation of an HTTP/3 server, in a process
+// of its own: a UDP socket of its own on the shared port, joined to the
+// kernel's steering group once it serves. It answers each POST with "gen
+// <generation> <body length>" and prints "ready <generation> <pid>". On
+// SIGHUP it starts its successor (generation+1); on SIGTERM it shuts down
+// (GOAWAY, drain), prints "report <generation> ..." (its quicdrain and
+// steering counters) and exits.
+func h3steerMain() {
+	if err := h3steer(); err != nil {
+		fmt.Printf("error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+		os.Exit(1)
+	}
+}
+
+func h3steer() error {
+	ctx := context.Background()
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGHUP, syscall.SIGTERM)
+	gen, err := strconv.ParseUint(os.Getenv(envGen), 10, 64)
+	if err != nil {
+		return err
+	}
+	cert, err := tls.LoadX509KeyPair(os.Getenv(envCert), os.Getenv(envKey))
+	if err != nil {
+		return err
+	}
+	srv := &http3.Server{
+		TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
+		QUICConfig: &quic.Config{MaxIdleTimeout: 10 * time.Second},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, "gen %d %d", gen, n)
+		}),
+	}
+	g, err := quicdrain.ListenSteered(ctx, "udp4", os.Getenv(envAddr), gen, quicdrain.Config{Dir: os.Getenv(envDir)})
+	if err != nil {
+		return err
+	}
+	h3, err := quicdrain.ServeHTTP3(g, srv)
+	if err != nil {
+		g.Close()
+		return err
+	}
+	if err := g.Start(ctx); err != nil {
+		return err
+	}
+	m, err := g.Steer(ctx, &steer.Config{Dir: os.Getenv(envBPF)})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("ready %d %d\n", gen, os.Getpid())
+	for s := range sig {
+		if s == syscall.SIGTERM {
+			break
+		}
+		cmd := exec.Command(os.Args[0], os.Args[1:]...)
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", envGen, gen+1))
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		cmd.Process.Release()
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rep := h3.Shutdown(sctx)
+	c, err := m.Counters()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("report %d %s malformed=%d unknown=%d byid=%d remembered=%d newest=%d fallback=%d\n",
+		gen, reportJSON(rep), rep.Stats.Malformed, rep.Stats.Unknown, c.ByID, c.Remembered, c.Newest, c.Fallback)
+	return m.Close()
+}
+
+// steeredRestarts runs n restarts of steered generations (real processes,
+// one UDP port) under HTTP/3 load. In each, the successor serves beside its
+// predecessor until it answered 20 requests (fresh connections go to it,
+// the predecessor's stay), then the predecessor drains; the test also sends
+// the successor 3 datagrams too short to be QUIC and the predecessor one
+// datagram with its generation byte and a forged tag.
+func steeredRestarts(t *testing.T, n int) (*h3load, []string) {
+	bin := netnstest.ExecutableCopy(t)
+	dir := t.TempDir()
+	cert, err := netnstest.WriteCert(dir, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := filepath.Join(dir, "fwd")
+	if err := os.Mkdir(fwd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bpf := netnstest.MountBPF(t, "0700")
+	addr := "127.0.0.1:4433"
+	env := []string{"ZERODROP_TEST_HELPER=h3steer", envGen + "=1", envAddr + "=" + addr, envBPF + "=" + bpf,
+		envDir + "=" + fwd, envCert + "=" + cert.CertFile, envKey + "=" + cert.KeyFile,
+		"QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=1"}
+	s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
+	pid := field(t, s.Expect(t, "ready 1 "), 2)
+	l := startH3Load(t, "https://"+addr+"/", cert.Client(http3.NextProtoH3), 16, 4)
+	l.waitGen(t, 1, 20)
+	junk, err := net.Dial("udp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer junk.Close()
+	var reports []string
+	for gen := 1; gen <= n; gen++ {
+		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		next := field(t, s.Expect(t, fmt.Sprintf("ready %d ", gen+1)), 2)
+		l.waitGen(t, gen+1, 20)
+		forged := make([]byte, 1+quicdrain.CIDLen+20)
+		forged[0] = 0x40
+		forged[1+quicdrain.CIDGenOffset] = byte(gen)
+		for _, b := range [][]byte{{}, {0x40}, {0x40, 1, 2, 3}, forged} {
+			if _, err := junk.Write(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		reports = append(reports, s.Expect(t, fmt.Sprintf("report %d ", gen)))
+		if ws := s.Reap(t, pid, 30*time.Second); ws.ExitStatus() != 0 {
+			t.Errorf("generation %d exited with %v", gen, ws)
+		}
+		pid = next
+		l.waitGen(t, gen+1, 40)
+	}
+	l.stop()
+	return l, reports
+}
+
+// TestSteeredRestartUnderLoad restarts an HTTP/3 server 5 times (or
+// ZERODROP_QUIC_ROUNDS) with the kernel steering each datagram to the
+// socket of its generation: not one request fails (no stateless reset, no
+// handshake failure), no generation forwards or receives a forwarded
+// datagram, none reads a datagram of another generation's connection (its
+// quicdrain counters would count it Unknown: only the forged one, and late
+// datagrams of a generation already closed, which the kernel counts as
+// Fallback, may), and the too-short datagrams all reached the newest, which
+// dropped them.
+func TestSteeredRestartUnderLoad(t *testing.T) {
+	n := 5
+	if os.Getenv(envRounds) != "" {
+		n = rounds(t)
+	}
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		start := time.Now()
+		l, reports := steeredRestarts(t, n)
+		t.Logf("%d steered restarts in %v: %s", n, time.Since(start).Round(time.Millisecond), l)
+		for i, r := range reports {
+			t.Log(r)
+			// Besides the forged datagram, a generation may read only
+			// datagrams the kernel could not place (Fallback): the too-short
+			// ones, and late ones of a generation that had closed.
+			junk := int64(3)
+			if i == 0 {
+				junk = 0
+			}
+			fallback := reportValue(t, r, "fallback")
+			want := map[string]int64{"forwarded": 0, "received": 0, "forced": 0, "handedover": 0,
+				"malformed": junk, "unknown": 1 + fallback - junk}
+			for k, v := range want {
+				if got := reportValue(t, r, k); got != v {
+					t.Errorf("generation %d: %s=%d, want %d", i+1, k, got, v)
+				}
+			}
+			if reportValue(t, r, "byid") == 0 || reportValue(t, r, "own") == 0 {
+				t.Errorf("generation %d: the kernel steered nothing to it by connection ID", i+1)
+			}
+		}
+		if l.failed != 0 {
+			t.Errorf("%s", l)
+		}
+	})
+}
