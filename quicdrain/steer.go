@@ -49,8 +49,9 @@ func ListenSteered(ctx context.Context, network, address string, gen uint64, cfg
 // member after g (after HTTP3.Shutdown). A successor that gives up closes
 // its member first: the generation before it is the newest again.
 //
-// Linux 5.8+; needs CAP_BPF and CAP_NET_ADMIN (or root) and a bpf
-// filesystem at sc.Dir: see package steer.
+// Linux 5.14+; needs CAP_BPF and CAP_NET_ADMIN (or root) and a bpf
+// filesystem at sc.Dir (errors matching steer.ErrPermission,
+// steer.ErrNoBPFFS): see package steer, section QUIC.
 func (g *Gen) Steer(ctx context.Context, sc *steer.Config) (*steer.QUICMember, error) {
 	if !g.steered {
 		return nil, fmt.Errorf("steer generation %d: %w", g.gen, ErrNotSteered)

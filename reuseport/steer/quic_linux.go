@@ -59,10 +59,10 @@ type QUICMember struct {
 // once. The caller keeps owning conn. Config.Slots, Mismatch and Balance do
 // not apply.
 //
-// Linux 5.8+ (bpf_sk_select_reuseport for UDP and REUSEPORT_SOCKARRAY date
-// from 4.19, a pinned group shared by several processes needs 5.8's expected
-// attach type checks; tested on 6.18); needs CAP_BPF and CAP_NET_ADMIN (or
-// root) and a bpf filesystem at c.Dir.
+// Linux 5.14+ (the program's expected attach type; tested on 6.18); needs
+// CAP_BPF and CAP_NET_ADMIN (or root) and a bpf filesystem at c.Dir, else
+// errors matching ErrPermission or ErrNoBPFFS. A socket that is not UDP:
+// reuseport.ErrNotSupported.
 func (c *Config) JoinQUIC(ctx context.Context, conn syscall.Conn, gen uint64, q QUIC) (*QUICMember, error) {
 	ap, cookie, err := inspectUDP(conn)
 	if err == nil && (q.CIDLen < 1 || q.CIDLen > maxCIDLen || q.GenOffset < 0 || q.GenOffset >= q.CIDLen) {

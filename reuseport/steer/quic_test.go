@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -205,4 +206,73 @@ func checkGens(t *testing.T, got []byte, gen byte) {
 			t.Fatalf("datagram % x on generation %d's socket", d, gen)
 		}
 	}
+}
+
+// JoinQUIC's errors: a TCP listener (reuseport.ErrNotSupported), a layout
+// out of range (ErrBadSlot), a layout other than the group's
+// (ErrIncompatible), no CAP_BPF (ErrPermission, os.ErrPermission), each a
+// *net.OpError naming the operation once; none leaves pins behind.
+func TestQUICJoinErrors(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		dir := netnstest.MountBPF(t, "1777")
+		cfg := &steer.Config{Dir: dir}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		isOpUDP := func(err error, want error) {
+			t.Helper()
+			var oe *net.OpError
+			if !errors.Is(err, want) || !errors.As(err, &oe) || oe.Op != "steer join" || oe.Net != "udp" ||
+				strings.Count(err.Error(), "steer join") != 1 {
+				t.Fatalf("error %v, want a *net.OpError (steer join udp) matching %v", err, want)
+			}
+		}
+		l := listen(t, "127.0.0.1:0", reuseport.Options{})
+		_, err := cfg.JoinQUIC(ctx, l, 1, testLayout)
+		if !errors.Is(err, reuseport.ErrNotSupported) {
+			t.Fatalf("JoinQUIC(TCP listener): %v, want ErrNotSupported", err)
+		}
+		a, err := reuseport.ListenPacket(ctx, "udp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		for _, q := range []steer.QUIC{{}, {CIDLen: 21}, {CIDLen: 8, GenOffset: 8}, {CIDLen: 8, GenOffset: -1}} {
+			_, err := cfg.JoinQUIC(ctx, a, 1, q)
+			isOpUDP(err, steer.ErrBadSlot)
+		}
+		m, err := cfg.JoinQUIC(ctx, a, 1, testLayout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := reuseport.ListenPacket(ctx, "udp4", a.LocalAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		_, err = cfg.JoinQUIC(ctx, b, 2, steer.QUIC{CIDLen: 16, GenOffset: 0})
+		isOpUDP(err, steer.ErrIncompatible)
+		if nw, err := m.Newest(); err != nil || nw != 1 {
+			t.Fatalf("newest %d (%v) after a refused join, want 1", nw, err)
+		}
+		if err := m.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		if _, err := m.Counters(); !errors.Is(err, os.ErrClosed) {
+			t.Fatalf("Counters after Close: %v, want os.ErrClosed", err)
+		}
+		if p := pins(t, dir); len(p) != 0 {
+			t.Fatalf("pins left: %v", p)
+		}
+		out := nobody(t, netnstest.ExecutableCopy(t), dir, "joinquic", "127.0.0.1:0")
+		t.Logf("as uid 65534: %s", out)
+		if !strings.HasPrefix(out, "permission=true os=true op=true ") {
+			t.Fatalf("helper said %q", out)
+		}
+		if p := pins(t, dir); len(p) != 0 {
+			t.Fatalf("pins left by the refused join: %v", p)
+		}
+	})
 }

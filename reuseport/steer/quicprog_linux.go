@@ -145,7 +145,8 @@ func longHeader() asm.Instructions {
 func initial(cidLen, genOff int32) asm.Instructions {
 	p := asm.Instructions{
 		asm.StoreMem(asm.RFP, fpDCID, asm.R7, asm.Byte).WithSymbol("initial"),
-		asm.JEq.Imm(asm.R7, 0, "remembered"),
+		// JLT, not JEq: every verifier narrows R7 to 1..20 from it.
+		asm.JLT.Imm(asm.R7, 1, "remembered"),
 		asm.Mov.Reg(asm.R1, asm.R6),
 		asm.Mov.Imm(asm.R2, udpHeaderLen+6),
 		asm.Mov.Reg(asm.R3, asm.RFP),
