@@ -31,6 +31,9 @@ func init() { netnstest.RegisterHelper("h3steer", h3steerMain) }
 const (
 	envGen = "ZD_GEN" // this process's generation
 	envBPF = "ZD_BPF" // the bpf filesystem of the steering group
+	// ZD_NOSTEER=1: the control, the same sockets without the program (the
+	// kernel's reuseport hash spreads the datagrams).
+	envNoSteer = "ZD_NOSTEER"
 )
 
 // h3steerMain is one steered generation of an HTTP/3 server, in a process
@@ -79,9 +82,11 @@ func h3steer() error {
 	if err := g.Start(ctx); err != nil {
 		return err
 	}
-	m, err := g.Steer(ctx, &steer.Config{Dir: os.Getenv(envBPF)})
-	if err != nil {
-		return err
+	var m *steer.QUICMember
+	if os.Getenv(envNoSteer) == "" {
+		if m, err = g.Steer(ctx, &steer.Config{Dir: os.Getenv(envBPF)}); err != nil {
+			return err
+		}
 	}
 	fmt.Printf("ready %d %d\n", gen, os.Getpid())
 	for s := range sig {
@@ -99,13 +104,16 @@ func h3steer() error {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rep := h3.Shutdown(sctx)
-	c, err := m.Counters()
-	if err != nil {
-		return err
+	var c steer.QUICCounters
+	if m != nil {
+		if c, err = m.Counters(); err != nil {
+			return err
+		}
+		defer m.Close()
 	}
 	fmt.Printf("report %d %s malformed=%d unknown=%d byid=%d remembered=%d newest=%d fallback=%d\n",
 		gen, reportJSON(rep), rep.Stats.Malformed, rep.Stats.Unknown, c.ByID, c.Remembered, c.Newest, c.Fallback)
-	return m.Close()
+	return nil
 }
 
 // steeredRestarts runs n restarts of steered generations (real processes,
@@ -114,7 +122,7 @@ func h3steer() error {
 // the predecessor's stay), then the predecessor drains; the test also sends
 // the successor 3 datagrams too short to be QUIC and the predecessor one
 // datagram with its generation byte and a forged tag.
-func steeredRestarts(t *testing.T, n int) (*h3load, []string) {
+func steeredRestarts(t *testing.T, n int, steered bool) (*h3load, []string) {
 	bin := netnstest.ExecutableCopy(t)
 	dir := t.TempDir()
 	cert, err := netnstest.WriteCert(dir, time.Hour)
@@ -130,6 +138,9 @@ func steeredRestarts(t *testing.T, n int) (*h3load, []string) {
 	env := []string{"ZERODROP_TEST_HELPER=h3steer", envGen + "=1", envAddr + "=" + addr, envBPF + "=" + bpf,
 		envDir + "=" + fwd, envCert + "=" + cert.CertFile, envKey + "=" + cert.KeyFile,
 		"QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=1"}
+	if !steered {
+		env = append(env, envNoSteer+"=1")
+	}
 	s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
 	pid := field(t, s.Expect(t, "ready 1 "), 2)
 	l := startH3Load(t, "https://"+addr+"/", cert.Client(http3.NextProtoH3), 16, 4)
@@ -162,7 +173,9 @@ func steeredRestarts(t *testing.T, n int) (*h3load, []string) {
 			t.Errorf("generation %d exited with %v", gen, ws)
 		}
 		pid = next
-		l.waitGen(t, gen+1, 40)
+		if steered {
+			l.waitGen(t, gen+1, 40)
+		}
 	}
 	l.stop()
 	return l, reports
@@ -184,7 +197,7 @@ func TestSteeredRestartUnderLoad(t *testing.T) {
 	}
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		start := time.Now()
-		l, reports := steeredRestarts(t, n)
+		l, reports := steeredRestarts(t, n, true)
 		t.Logf("%d steered restarts in %v: %s", n, time.Since(start).Round(time.Millisecond), l)
 		for i, r := range reports {
 			t.Log(r)
@@ -209,6 +222,28 @@ func TestSteeredRestartUnderLoad(t *testing.T) {
 		}
 		if l.failed != 0 {
 			t.Errorf("%s", l)
+		}
+	})
+}
+
+// TestUnsteeredRestartLoses is the control: the same generations, each on a
+// socket of its own, without the program. The kernel's reuseport hash moves
+// connections to the successor's socket as it joins: it reads datagrams of
+// connections that are not its own and drops them, so requests fail and
+// the predecessor's drain is forced; else the test could not see what
+// steering prevents.
+func TestUnsteeredRestartLoses(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		l, reports := steeredRestarts(t, 1, false)
+		for _, r := range reports {
+			t.Log(r)
+		}
+		// The connections the hash moved stall (the successor drops their
+		// datagrams) until the client's idle timeout: the predecessor's
+		// drain is forced, their requests fail.
+		t.Logf("without steering, 1 restart: %s", l)
+		if l.failed == 0 || reportValue(t, reports[0], "forced") == 0 {
+			t.Errorf("without the program no request failed or no drain was forced: %s; report %s", l, reports[0])
 		}
 	})
 }
