@@ -144,6 +144,10 @@ func (m *QUICMember) setNewest(gen uint32) error {
 	return nil
 }
 
+// Dir returns the bpffs directory holding the group's pins (the program's
+// is "prog").
+func (m *QUICMember) Dir() string { return m.dir }
+
 // Generation returns the generation byte the member's socket stands for.
 func (m *QUICMember) Generation() uint8 { return uint8(m.gen) }
 
