@@ -214,6 +214,7 @@ func checkGens(t *testing.T, got []byte, gen byte) {
 // *net.OpError naming the operation once; none leaves pins behind.
 func TestQUICJoinErrors(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
 		dir := netnstest.MountBPF(t, "1777")
 		cfg := &steer.Config{Dir: dir}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
