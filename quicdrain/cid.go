@@ -15,7 +15,8 @@ const CIDLen = 16
 // CIDGenOffset is where, in a connection ID a generation issues, the low
 // byte of its generation number is: what a router outside this package
 // (package steer's QUIC program, in the kernel) reads to find the
-// generation of a datagram.
+// generation of a datagram (steer.QUIC{CIDLen: CIDLen, GenOffset:
+// CIDGenOffset}).
 const CIDGenOffset = 0
 
 // KeyLen is the length of a lineage key.

@@ -11,6 +11,7 @@ godebug (
 )
 
 require (
+	github.com/cilium/ebpf v0.20.0
 	github.com/quic-go/quic-go v0.59.1
 	github.com/zerodrop/zerodrop v0.0.0
 	github.com/zerodrop/zerodrop/reuseport/steer v0.0.0
@@ -19,7 +20,6 @@ require (
 )
 
 require (
-	github.com/cilium/ebpf v0.20.0 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/quic-go/qpack v0.6.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect

@@ -39,7 +39,7 @@ func BenchmarkSteered(b *testing.B) {
 		if err := g.Start(b.Context()); err != nil {
 			b.Fatal(err)
 		}
-		m, err := g.Steer(b.Context(), sc)
+		m, err := sc.JoinQUIC(b.Context(), g, gen, steer.QUIC{CIDLen: CIDLen, GenOffset: CIDGenOffset})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -84,7 +84,8 @@ func h3steer() error {
 	}
 	var m *steer.QUICMember
 	if os.Getenv(envNoSteer) == "" {
-		if m, err = g.Steer(ctx, &steer.Config{Dir: os.Getenv(envBPF)}); err != nil {
+		sc := &steer.Config{Dir: os.Getenv(envBPF)}
+		if m, err = sc.JoinQUIC(ctx, g, gen, steer.QUIC{CIDLen: quicdrain.CIDLen, GenOffset: quicdrain.CIDGenOffset}); err != nil {
 			return err
 		}
 	}

@@ -53,8 +53,8 @@
 // Config.JoinQUIC steers UDP instead, for a QUIC server restarted one
 // generation at a time, each in a process with a UDP socket of its own on the
 // same port (one reuseport group). The server-issued connection IDs carry
-// the generation's low byte at a fixed place (QUIC: package quicdrain's
-// SteerLayout); a group of its own (pinned under
+// the generation's low byte at a fixed place (quicdrain.CIDGenOffset of
+// quicdrain.CIDLen bytes, with quicdrain.ListenSteered); a group of its own (pinned under
 // Config.Dir/<netns inode>/udp-<ip>-<port>) holds a REUSEPORT_SOCKARRAY
 // indexed by that byte, and a program that reads it from each datagram (a
 // short header's DCID at byte 1, of the server's length; a long header's
