@@ -205,14 +205,20 @@ func (m *QUICMember) Close() error {
 	return nil
 }
 
-// release removes the member's socket and, if it was the newest, makes
-// the newest live generation before it the newest. Lock held.
+// release removes the member's socket (unless another socket took its
+// generation's entry) and, if its generation was the newest, makes the
+// newest live generation before it the newest. The socket may be gone
+// already: the kernel removes a closed socket from the sockarray. Lock held.
 func (m *QUICMember) release() error {
 	var cookie uint64
-	if m.obj.sockets.Lookup(m.gen, &cookie) != nil || cookie != m.cookie {
+	switch err := m.obj.sockets.Lookup(m.gen, &cookie); {
+	case err == nil && cookie != m.cookie:
 		return nil
-	}
-	if err := m.obj.sockets.Delete(m.gen); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	case err == nil:
+		if err := m.obj.sockets.Delete(m.gen); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	case !errors.Is(err, ebpf.ErrKeyNotExist):
 		return err
 	}
 	var cfg quicConfig
