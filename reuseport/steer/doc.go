@@ -62,24 +62,27 @@
 // socket. So every generation reads its own connections' datagrams on its
 // own socket, from the kernel: no datagram crosses processes.
 //
-// An Initial or 0-RTT packet may carry a DCID the client chose. The program
-// sends it to the generation an LRU map remembers for its DCID, else to the
-// generation a DCID of the server's length names if it has a socket (the
-// client already heard from it), else to the newest generation (the last
-// to join), and remembers that: the second datagram of a ClientHello goes
-// where the first went even if the newest changed in between. A datagram too
-// short to read, of an unknown version, or naming a generation without
-// socket (it exited, or the byte is forged) goes to the newest: the program
-// cannot check what the server's IDs may carry beyond the generation (such
-// as quicdrain's tag), so the server must drop, without a stateless reset,
-// what it does not know. QUICMember.Counters counts, per generation, what
-// went where and why.
+// An Initial or 0-RTT packet may carry a DCID the client chose, which may
+// look like anything, so the program routes those by client instead: the
+// kernel's hash of the datagram's addresses and ports, and the client's
+// SCID. The first Initial of a client goes to the newest generation (the
+// last to join) and an LRU map remembers the client's generation; its later
+// Initials (the second datagram of a ClientHello, ACKs once it heard from
+// the server) go to the same generation, even if the newest changed in
+// between, for 10 s after the last one. A datagram too short to read, of an
+// unknown version, or naming a generation without socket (it exited, or the
+// byte is forged) goes to the newest: the program cannot check what the
+// server's IDs may carry beyond the generation (such as quicdrain's tag), so
+// the server must drop, without a stateless reset, what it does not know.
+// QUICMember.Counters counts, per generation, what went where and why.
 //
-// Limits: a client-chosen DCID of the server's length whose generation byte
-// names an older generation still running (1 in 256 of those, per older
-// generation) starts its handshake there; 256 generations at most alive at
-// once (the byte wraps); a flood of Initials evicts remembered handshakes
-// (initialsLen of them, 8192), whose later Initials then go to the newest.
+// Limits: 256 generations at most alive at once (the byte wraps); a flood of
+// Initials evicts remembered clients (initialsLen of them, 8192), whose
+// later Initials then go to the newest, as do those of a client that changes
+// its address or port during its handshake, or pauses it for more than 10 s;
+// a client that reuses its address, port and SCID (an empty one, often) for
+// a new connection within 10 s of an Initial of the old one lands on the old
+// one's generation.
 //
 // # Kernel and privileges
 //

@@ -28,8 +28,8 @@ type QUIC struct {
 // QUICCounters are what the program counted for one generation's socket.
 type QUICCounters struct {
 	ByID       uint64 `json:"by_id"`      // datagrams whose connection ID names the generation
-	Remembered uint64 `json:"remembered"` // Initial/0-RTT datagrams of a handshake it began
-	Newest     uint64 `json:"newest"`     // Initial/0-RTT datagrams of a new handshake (newest only)
+	Remembered uint64 `json:"remembered"` // Initial/0-RTT datagrams of a client whose handshake began on it
+	Newest     uint64 `json:"newest"`     // first Initial/0-RTT datagrams of a client (newest only)
 	Fallback   uint64 `json:"fallback"`   // short, unknown or unplaceable datagrams (newest only)
 }
 

@@ -33,11 +33,17 @@ func shortPacket(id []byte) []byte {
 }
 
 // longPacket is a QUIC v1 long header datagram of type typ (0 Initial,
-// 2 Handshake) to dcid, padded to 1200 bytes.
+// 2 Handshake) to dcid from the SCID 1, 2, ... 8, padded to 1200 bytes.
 func longPacket(typ byte, dcid []byte) []byte {
+	return longFrom(typ, dcid, []byte{1, 2, 3, 4, 5, 6, 7, 8})
+}
+
+// longFrom is longPacket from scid.
+func longFrom(typ byte, dcid, scid []byte) []byte {
 	b := []byte{0xc0 | typ<<4, 0, 0, 0, 1, byte(len(dcid))}
 	b = append(b, dcid...)
-	b = append(b, 8, 1, 2, 3, 4, 5, 6, 7, 8) // SCID
+	b = append(b, byte(len(scid)))
+	b = append(b, scid...)
 	return append(b, make([]byte, 1200-len(b))...)
 }
 
@@ -71,9 +77,10 @@ func (g *gens) recv(quiet time.Duration) ([]int, [][]byte) {
 }
 
 // Two generations' sockets in one reuseport group on one UDP port: each gets
-// exactly the datagrams whose connection ID names it, Initials of new
-// handshakes go to the newest, the second datagram of a handshake follows
-// the first across a change of the newest, and garbage goes to the newest.
+// exactly the datagrams whose connection ID names it; a client's Initials
+// follow its first across a change of the newest, whatever their DCID; a
+// new client goes to the newest, even with a DCID that names an older
+// generation; garbage goes to the newest.
 func TestQUICSteersByConnectionID(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
@@ -97,20 +104,26 @@ func TestQUICSteersByConnectionID(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer m1.Close()
-		client, err := net.DialUDP("udp4", nil, a.LocalAddr().(*net.UDPAddr))
-		if err != nil {
-			t.Fatal(err)
+		dial := func() *net.UDPConn {
+			t.Helper()
+			c, err := net.DialUDP("udp4", nil, a.LocalAddr().(*net.UDPAddr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
 		}
+		client := dial()
 		defer client.Close()
-		send := func(pkts ...[]byte) {
+		sendOn := func(c *net.UDPConn, pkts ...[]byte) {
 			t.Helper()
 			for _, p := range pkts {
-				if _, err := client.Write(p); err != nil {
+				if _, err := c.Write(p); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
-		// Generation 1 alone: the first half of a handshake begins on it.
+		send := func(pkts ...[]byte) { t.Helper(); sendOn(client, pkts...) }
+		// Generation 1 alone: a client's handshake begins on it.
 		straddling := []byte{9, 9, 9, 9, 9, 9, 9, 9}
 		send(longPacket(0, straddling))
 		if n, _ := g.recv(200 * time.Millisecond); n[0] != 1 || n[1] != 0 {
@@ -137,14 +150,22 @@ func TestQUICSteersByConnectionID(t *testing.T) {
 		checkGens(t, got[0], 1)
 		checkGens(t, got[1], 2)
 
-		// The rest of the straddling handshake follows its first datagram;
-		// a new handshake goes to the newest, and so does its second
-		// datagram; an Initial to an ID of generation 1 (the client heard
-		// from it) goes to generation 1.
-		fresh := []byte{7, 7, 7, 7, 7, 7, 7, 7, 7, 7}
-		send(longPacket(0, straddling), longPacket(0, fresh), longPacket(0, fresh), longPacket(0, cid(1)))
-		if n, _ := g.recv(200 * time.Millisecond); n[0] != 2 || n[1] != 2 {
-			t.Fatalf("Initials per socket %v, want 2 and 2", n)
+		// The rest of the client's handshake follows its first datagram,
+		// whatever the DCID (the one it chose, or one a server gave it).
+		send(longPacket(0, straddling), longPacket(0, cid(2)))
+		if n, _ := g.recv(200 * time.Millisecond); n[0] != 2 || n[1] != 0 {
+			t.Fatalf("Initials of the handshake begun on generation 1: %v, want 2 and 0", n)
+		}
+		// A new client goes to the newest, even with a DCID it chose that
+		// looks like one of generation 1's, and so does its next Initial;
+		// so does the first client with another SCID (another connection
+		// on its socket).
+		other := dial()
+		defer other.Close()
+		sendOn(other, longPacket(0, cid(1)), longPacket(0, straddling))
+		send(longFrom(0, straddling, []byte{4, 4, 4, 4}))
+		if n, _ := g.recv(200 * time.Millisecond); n[0] != 0 || n[1] != 3 {
+			t.Fatalf("Initials of new clients: %v, want 0 and 3", n)
 		}
 
 		// Garbage: empty, 1 byte, short headers too short for an ID, a
@@ -166,8 +187,8 @@ func TestQUICSteersByConnectionID(t *testing.T) {
 		}
 		// Generation 1's counters were reset when it joined, before its
 		// first Initial.
-		want1 := steer.QUICCounters{ByID: 2*per + 1, Remembered: 1, Newest: 1}
-		want2 := steer.QUICCounters{ByID: 2 * per, Remembered: 1, Newest: 1, Fallback: uint64(len(junk))}
+		want1 := steer.QUICCounters{ByID: 2 * per, Remembered: 2, Newest: 1}
+		want2 := steer.QUICCounters{ByID: 2 * per, Remembered: 1, Newest: 2, Fallback: uint64(len(junk))}
 		if c1 != want1 || c2 != want2 {
 			t.Fatalf("counters %+v and %+v, want %+v and %+v", c1, c2, want1, want2)
 		}

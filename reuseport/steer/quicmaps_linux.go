@@ -1,6 +1,7 @@
 package steer
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -28,6 +29,31 @@ type quicConfig struct {
 
 const offQUICNewest = 0
 
+// clientKey is a key of the initials map: a client during its handshake.
+type clientKey struct {
+	Hash    uint32 // the kernel's hash of the datagram's addresses and ports
+	SCIDLen uint32
+	SCID    [24]byte // the client's SCID, zero-padded
+}
+
+const (
+	offClientHash    = 0
+	offClientSCIDLen = 4
+	offClientSCID    = 8
+)
+
+// initialValue is a value of the initials map.
+type initialValue struct {
+	Gen  uint32 // generation byte
+	_    uint32
+	Seen uint64 // CLOCK_MONOTONIC ns of the client's last Initial
+}
+
+const (
+	offInitialGen  = 0
+	offInitialSeen = 8
+)
+
 // quicCounters is an entry of the per-CPU counters of a QUIC group.
 type quicCounters struct {
 	ByID, Remembered, Newest, Fallback uint64
@@ -38,7 +64,7 @@ type quicObjects struct {
 	prog     *ebpf.Program
 	sockets  *ebpf.Map // REUSEPORT_SOCKARRAY: generation byte -> socket
 	counters *ebpf.Map // PERCPU_ARRAY: generation byte -> quicCounters
-	initials *ebpf.Map // LRU_HASH: initialsKey -> generation byte (u32)
+	initials *ebpf.Map // LRU_HASH: clientKey -> initialValue
 	config   *ebpf.Map // ARRAY[1]: quicConfig
 }
 
@@ -50,7 +76,7 @@ func quicMapSpecs() []*ebpf.MapSpec {
 	return []*ebpf.MapSpec{
 		{Name: "zd_q_sockets", Type: ebpf.ReusePortSockArray, KeySize: 4, ValueSize: 8, MaxEntries: quicGens},
 		{Name: "zd_q_counters", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 32, MaxEntries: quicGens},
-		{Name: "zd_q_initials", Type: ebpf.LRUHash, KeySize: 24, ValueSize: 4, MaxEntries: initialsLen},
+		{Name: "zd_q_initials", Type: ebpf.LRUHash, KeySize: uint32(binary.Size(clientKey{})), ValueSize: uint32(binary.Size(initialValue{})), MaxEntries: initialsLen},
 		{Name: "zd_q_config", Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: 1},
 	}
 }

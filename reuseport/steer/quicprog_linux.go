@@ -1,6 +1,8 @@
 package steer
 
 import (
+	"time"
+
 	"github.com/cilium/ebpf/asm"
 )
 
@@ -17,9 +19,20 @@ const (
 // Stack of the QUIC program (offsets from R10). fpSelect (-8, the select key)
 // and fpKey (-4, the config key) are shared with the TCP program's helpers.
 const (
-	fpHdr  = -16 // the first 6 bytes of the datagram (8 zeroed)
-	fpDCID = -40 // initialsKey: DCID length, then the DCID (24 zeroed bytes)
+	fpHdr     = -16 // the first 6 bytes of the datagram, then the SCID length (8 zeroed)
+	fpDCID    = -40 // a DCID of ours at fpDCID+1 (24 zeroed bytes)
+	fpClient  = -72 // the initials map's key (clientKey, 32 zeroed bytes)
+	fpInitial = -88 // the initials map's value (initialValue, 16 bytes)
 )
+
+// mdHash is the offset in struct sk_reuseport_md of the kernel's hash of the
+// datagram's addresses and ports.
+const mdHash = 32
+
+// initialTTL is how long after a client's last Initial the program still
+// routes its next one to the same generation (quic-go's default handshake
+// idle timeout is 5 s).
+const initialTTL = 10 * time.Second
 
 // Offsets in quicCounters, the per-generation counters.
 const (
@@ -41,12 +54,13 @@ const (
 //
 //   - a short header packet, or a long header packet other than Initial and
 //     0-RTT: the generation its DCID names (counted ByID);
-//   - an Initial or 0-RTT packet: the generation remembered for its DCID in
-//     the initials map (Remembered), else the generation a DCID of cidLen
-//     bytes names if that generation has a socket (ByID: the client already
-//     heard from that generation), else the newest generation, which the
-//     program remembers for the DCID (Newest): the second datagram of a
-//     ClientHello follows the first;
+//   - an Initial or 0-RTT packet: the generation remembered for its client
+//     (its addresses and SCID) in the initials map (Remembered), else the
+//     newest generation, which the program remembers for the client
+//     (Newest): every Initial of a handshake (the second datagram of a
+//     ClientHello, an ACK once the client heard from the server) follows the
+//     first, and a new client never lands on an older generation, whatever
+//     its DCID says;
 //   - a datagram too short to hold what it needs, of an unknown QUIC
 //     version, or naming a generation with no socket: the newest (Fallback).
 //
@@ -59,6 +73,9 @@ func quicProgram(cidLen, genOff int32) asm.Instructions {
 		asm.StoreMem(asm.RFP, fpDCID, asm.R1, asm.DWord),
 		asm.StoreMem(asm.RFP, fpDCID+8, asm.R1, asm.DWord),
 		asm.StoreMem(asm.RFP, fpDCID+16, asm.R1, asm.DWord),
+	}
+	for off := int16(0); off < 32; off += 8 {
+		p = append(p, asm.StoreMem(asm.RFP, fpClient+off, asm.R1, asm.DWord))
 	}
 	p = append(p, loadBytes(udpHeaderLen, fpHdr, 1, "bad")...)
 	p = append(p,
@@ -79,7 +96,7 @@ func quicProgram(cidLen, genOff int32) asm.Instructions {
 	)
 	p = append(p, selectSlot(asm.R8, "fallback")...)
 	p = append(p, asm.Ja.Label("counted"))
-	p = append(p, initial(cidLen, genOff)...)
+	p = append(p, initial()...)
 	p = append(p, asm.Mov.Imm(asm.R9, offFallback).WithSymbol("bad"), asm.Ja.Label("newest"))
 	p = append(p, asm.Mov.Imm(asm.R9, offFallback).WithSymbol("fallback"))
 	p = append(p, newest("newest", "pass")...)
@@ -141,34 +158,54 @@ func longHeader() asm.Instructions {
 	)
 }
 
-// initial routes an Initial or 0-RTT packet whose DCID is R7 bytes long.
-func initial(cidLen, genOff int32) asm.Instructions {
+// initial routes an Initial or 0-RTT packet whose DCID is R7 bytes long,
+// by its client: the kernel's hash of the datagram's addresses and ports,
+// and the client's SCID (the same for every Initial of a handshake, whether
+// its DCID is the one the client chose or one the server gave it). A client
+// the initials map remembered for up to initialTTL since its last Initial
+// goes to the same generation; any other to the newest, remembered.
+func initial() asm.Instructions {
 	p := asm.Instructions{
-		asm.StoreMem(asm.RFP, fpDCID, asm.R7, asm.Byte).WithSymbol("initial"),
-		// JLT, not JEq: every verifier narrows R7 to 1..20 from it.
-		asm.JLT.Imm(asm.R7, 1, "remembered"),
-		asm.Mov.Reg(asm.R1, asm.R6),
-		asm.Mov.Imm(asm.R2, udpHeaderLen+6),
+		// The SCID length, after the DCID.
+		asm.Mov.Reg(asm.R1, asm.R6).WithSymbol("initial"),
+		asm.Mov.Reg(asm.R2, asm.R7),
+		asm.Add.Imm(asm.R2, udpHeaderLen+6),
 		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, fpDCID+1),
-		asm.Mov.Reg(asm.R4, asm.R7),
+		asm.Add.Imm(asm.R3, fpHdr+6),
+		asm.Mov.Imm(asm.R4, 1),
 		asm.FnSkbLoadBytes.Call(),
 		asm.JNE.Imm(asm.R0, 0, "bad"),
-		asm.LoadMapPtr(asm.R1, 0).WithReference(refInitials).WithSymbol("remembered"),
+		asm.LoadMem(asm.R9, asm.RFP, fpHdr+6, asm.Byte),
+		asm.JGT.Imm(asm.R9, maxCIDLen, "bad"),
+		asm.LoadMem(asm.R1, asm.R6, mdHash, asm.Word),
+		asm.StoreMem(asm.RFP, fpClient+offClientHash, asm.R1, asm.Word),
+		asm.StoreMem(asm.RFP, fpClient+offClientSCIDLen, asm.R9, asm.Word),
+		// JLT, not JEq: every verifier narrows R9 to 1..20 from it.
+		asm.JLT.Imm(asm.R9, 1, "recall"),
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.Mov.Reg(asm.R2, asm.R7),
+		asm.Add.Imm(asm.R2, udpHeaderLen+7),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, fpClient+offClientSCID),
+		asm.Mov.Reg(asm.R4, asm.R9),
+		asm.FnSkbLoadBytes.Call(),
+		asm.JNE.Imm(asm.R0, 0, "bad"),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(refInitials).WithSymbol("recall"),
 		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, fpDCID),
+		asm.Add.Imm(asm.R2, fpClient),
 		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "not_remembered"),
-		asm.LoadMem(asm.R8, asm.R0, 0, asm.Word),
+		asm.JEq.Imm(asm.R0, 0, "remember"),
+		asm.Mov.Reg(asm.R7, asm.R0),
+		asm.LoadMem(asm.R8, asm.R7, offInitialGen, asm.Word),
+		asm.FnKtimeGetNs.Call(),
+		asm.LoadMem(asm.R1, asm.R7, offInitialSeen, asm.DWord),
+		asm.Mov.Reg(asm.R2, asm.R0),
+		asm.Sub.Reg(asm.R2, asm.R1),
+		asm.LoadImm(asm.R3, int64(initialTTL), asm.DWord),
+		asm.JGT.Reg(asm.R2, asm.R3, "remember"),
+		asm.StoreMem(asm.R7, offInitialSeen, asm.R0, asm.DWord),
 		asm.Mov.Imm(asm.R9, offRemembered),
 	}
-	p = append(p, selectSlot(asm.R8, "remember")...)
-	p = append(p,
-		asm.Ja.Label("counted"),
-		asm.JNE.Imm(asm.R7, cidLen, "remember").WithSymbol("not_remembered"),
-		asm.LoadMem(asm.R8, asm.RFP, fpDCID+1+int16(genOff), asm.Byte),
-		asm.Mov.Imm(asm.R9, offByID),
-	)
 	p = append(p, selectSlot(asm.R8, "remember")...)
 	p = append(p, asm.Ja.Label("counted"))
 	cfg := lookupConfig("pass")
@@ -177,12 +214,14 @@ func initial(cidLen, genOff int32) asm.Instructions {
 	return append(p,
 		asm.LoadMem(asm.R8, asm.R0, offQUICNewest, asm.Word),
 		asm.Mov.Imm(asm.R9, offNewest),
-		asm.StoreMem(asm.RFP, fpSelect, asm.R8, asm.Word),
+		asm.StoreMem(asm.RFP, fpInitial+offInitialGen, asm.R8, asm.DWord), // and zeroes the padding
+		asm.FnKtimeGetNs.Call(),
+		asm.StoreMem(asm.RFP, fpInitial+offInitialSeen, asm.R0, asm.DWord),
 		asm.LoadMapPtr(asm.R1, 0).WithReference(refInitials),
 		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, fpDCID),
+		asm.Add.Imm(asm.R2, fpClient),
 		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, fpSelect),
+		asm.Add.Imm(asm.R3, fpInitial),
 		asm.Mov.Imm(asm.R4, 0), // BPF_ANY
 		asm.FnMapUpdateElem.Call(),
 		asm.Ja.Label("to_newest"),
