@@ -157,7 +157,11 @@ func steeredRestarts(t *testing.T, n int, steered bool) (*h3load, []string) {
 			t.Fatal(err)
 		}
 		next := field(t, s.Expect(t, fmt.Sprintf("ready %d ", gen+1)), 2)
+		before := l.answered(gen)
 		l.waitGen(t, gen+1, 20)
+		if steered && l.answered(gen) == before {
+			t.Errorf("generation %d answered nothing while %d served beside it", gen, gen+1)
+		}
 		forged := make([]byte, 1+quicdrain.CIDLen+20)
 		forged[0] = 0x40
 		forged[1+quicdrain.CIDGenOffset] = byte(gen)
@@ -254,4 +258,11 @@ func TestUnsteeredRestartLoses(t *testing.T) {
 			t.Errorf("without the program no request failed or no drain was forced: %s; report %s", l, reports[0])
 		}
 	})
+}
+
+// answered returns how many requests generation gen answered so far.
+func (l *h3load) answered(gen int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byGen[gen]
 }
