@@ -83,140 +83,151 @@ func (g *gens) recv(quiet time.Duration) ([]int, [][]byte) {
 // generation; garbage goes to the newest.
 func TestQUICSteersByConnectionID(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
-		netnstest.CheckLeaks(t)
-		dir := netnstest.MountBPF(t, "0755")
-		cfg := &steer.Config{Dir: dir}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		a, err := reuseport.ListenPacket(ctx, "udp4", "127.0.0.1:0")
+		quicSteers(t, "udp4", "127.0.0.1:0")
+	})
+}
+
+// The same over IPv6: the program reads the same UDP payload.
+func TestQUICSteersIPv6(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		quicSteers(t, "udp6", "[::1]:0")
+	})
+}
+
+func quicSteers(t *testing.T, network, address string) {
+	netnstest.CheckLeaks(t)
+	dir := netnstest.MountBPF(t, "0755")
+	cfg := &steer.Config{Dir: dir}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := reuseport.ListenPacket(ctx, network, address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := reuseport.ListenPacket(ctx, network, a.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	g := &gens{t: t, socks: []*reuseport.PacketConn{a, b}}
+	m1, err := cfg.JoinQUIC(ctx, a, 1, testLayout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m1.Close()
+	dial := func() *net.UDPConn {
+		t.Helper()
+		c, err := net.DialUDP(network, nil, a.LocalAddr().(*net.UDPAddr))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer a.Close()
-		b, err := reuseport.ListenPacket(ctx, "udp4", a.LocalAddr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		g := &gens{t: t, socks: []*reuseport.PacketConn{a, b}}
-		m1, err := cfg.JoinQUIC(ctx, a, 1, testLayout)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m1.Close()
-		dial := func() *net.UDPConn {
-			t.Helper()
-			c, err := net.DialUDP("udp4", nil, a.LocalAddr().(*net.UDPAddr))
-			if err != nil {
+		return c
+	}
+	client := dial()
+	defer client.Close()
+	sendOn := func(c *net.UDPConn, pkts ...[]byte) {
+		t.Helper()
+		for _, p := range pkts {
+			if _, err := c.Write(p); err != nil {
 				t.Fatal(err)
 			}
-			return c
 		}
-		client := dial()
-		defer client.Close()
-		sendOn := func(c *net.UDPConn, pkts ...[]byte) {
-			t.Helper()
-			for _, p := range pkts {
-				if _, err := c.Write(p); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		send := func(pkts ...[]byte) { t.Helper(); sendOn(client, pkts...) }
-		// Generation 1 alone: a client's handshake begins on it.
-		straddling := []byte{9, 9, 9, 9, 9, 9, 9, 9}
-		send(longPacket(0, straddling))
-		if n, _ := g.recv(200 * time.Millisecond); n[0] != 1 || n[1] != 0 {
-			t.Fatalf("first Initial reached %v, want generation 1's socket only", n)
-		}
-		m2, err := cfg.JoinQUIC(ctx, b, 2, testLayout)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m2.Close()
-		if nw, err := m1.Newest(); err != nil || nw != 2 {
-			t.Fatalf("newest %d (%v), want 2", nw, err)
-		}
-		const per = 50
-		var pkts [][]byte
-		for range per {
-			pkts = append(pkts, shortPacket(cid(1)), shortPacket(cid(2)), longPacket(2, cid(1)), longPacket(2, cid(2)))
-		}
-		send(pkts...)
-		n, got := g.recv(200 * time.Millisecond)
-		if n[0] != 2*per || n[1] != 2*per {
-			t.Fatalf("datagrams per socket %v, want %d each", n, 2*per)
-		}
-		checkGens(t, got[0], 1)
-		checkGens(t, got[1], 2)
+	}
+	send := func(pkts ...[]byte) { t.Helper(); sendOn(client, pkts...) }
+	// Generation 1 alone: a client's handshake begins on it.
+	straddling := []byte{9, 9, 9, 9, 9, 9, 9, 9}
+	send(longPacket(0, straddling))
+	if n, _ := g.recv(200 * time.Millisecond); n[0] != 1 || n[1] != 0 {
+		t.Fatalf("first Initial reached %v, want generation 1's socket only", n)
+	}
+	m2, err := cfg.JoinQUIC(ctx, b, 2, testLayout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	if nw, err := m1.Newest(); err != nil || nw != 2 {
+		t.Fatalf("newest %d (%v), want 2", nw, err)
+	}
+	const per = 50
+	var pkts [][]byte
+	for range per {
+		pkts = append(pkts, shortPacket(cid(1)), shortPacket(cid(2)), longPacket(2, cid(1)), longPacket(2, cid(2)))
+	}
+	send(pkts...)
+	n, got := g.recv(200 * time.Millisecond)
+	if n[0] != 2*per || n[1] != 2*per {
+		t.Fatalf("datagrams per socket %v, want %d each", n, 2*per)
+	}
+	checkGens(t, got[0], 1)
+	checkGens(t, got[1], 2)
 
-		// The rest of the client's handshake follows its first datagram,
-		// whatever the DCID (the one it chose, or one a server gave it).
-		send(longPacket(0, straddling), longPacket(0, cid(2)))
-		if n, _ := g.recv(200 * time.Millisecond); n[0] != 2 || n[1] != 0 {
-			t.Fatalf("Initials of the handshake begun on generation 1: %v, want 2 and 0", n)
-		}
-		// A new client goes to the newest, even with a DCID it chose that
-		// looks like one of generation 1's, and so does its next Initial;
-		// so does the first client with another SCID (another connection
-		// on its socket).
-		other := dial()
-		defer other.Close()
-		sendOn(other, longPacket(0, cid(1)), longPacket(0, straddling))
-		send(longFrom(0, straddling, []byte{4, 4, 4, 4}))
-		if n, _ := g.recv(200 * time.Millisecond); n[0] != 0 || n[1] != 3 {
-			t.Fatalf("Initials of new clients: %v, want 0 and 3", n)
-		}
+	// The rest of the client's handshake follows its first datagram,
+	// whatever the DCID (the one it chose, or one a server gave it).
+	send(longPacket(0, straddling), longPacket(0, cid(2)))
+	if n, _ := g.recv(200 * time.Millisecond); n[0] != 2 || n[1] != 0 {
+		t.Fatalf("Initials of the handshake begun on generation 1: %v, want 2 and 0", n)
+	}
+	// A new client goes to the newest, even with a DCID it chose that
+	// looks like one of generation 1's, and so does its next Initial;
+	// so does the first client with another SCID (another connection
+	// on its socket).
+	other := dial()
+	defer other.Close()
+	sendOn(other, longPacket(0, cid(1)), longPacket(0, straddling))
+	send(longFrom(0, straddling, []byte{4, 4, 4, 4}))
+	if n, _ := g.recv(200 * time.Millisecond); n[0] != 0 || n[1] != 3 {
+		t.Fatalf("Initials of new clients: %v, want 0 and 3", n)
+	}
 
-		// Garbage: empty, 1 byte, short headers too short for an ID, a
-		// long header cut in its DCID, a DCID length over 20, an unknown
-		// version, an ID naming a generation without socket.
-		junk := [][]byte{{}, {0x40}, {0x40, 1, 2, 3}, {0xc0, 0, 0, 0, 1, 16, 1, 2}, {0xc0, 0, 0, 0, 1, 200, 1, 2, 3},
-			{0xc0, 0xde, 0xad, 0xbe, 0xef, 4, 1, 2, 3, 4}, shortPacket(cid(3)), longPacket(2, cid(200)), longPacket(2, []byte{1, 2})}
-		send(junk...)
-		if n, _ := g.recv(200 * time.Millisecond); n[0] != 0 || n[1] != len(junk) {
-			t.Fatalf("bad datagrams per socket %v, want all %d on the newest", n, len(junk))
-		}
-		c1, err := m1.Counters()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c2, err := m2.Counters()
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Generation 1's counters were reset when it joined, before its
-		// first Initial.
-		want1 := steer.QUICCounters{ByID: 2 * per, Remembered: 2, Newest: 1}
-		want2 := steer.QUICCounters{ByID: 2 * per, Remembered: 1, Newest: 2, Fallback: uint64(len(junk))}
-		if c1 != want1 || c2 != want2 {
-			t.Fatalf("counters %+v and %+v, want %+v and %+v", c1, c2, want1, want2)
-		}
+	// Garbage: empty, 1 byte, short headers too short for an ID, a
+	// long header cut in its DCID, a DCID length over 20, an unknown
+	// version, an ID naming a generation without socket.
+	junk := [][]byte{{}, {0x40}, {0x40, 1, 2, 3}, {0xc0, 0, 0, 0, 1, 16, 1, 2}, {0xc0, 0, 0, 0, 1, 200, 1, 2, 3},
+		{0xc0, 0xde, 0xad, 0xbe, 0xef, 4, 1, 2, 3, 4}, shortPacket(cid(3)), longPacket(2, cid(200)), longPacket(2, []byte{1, 2})}
+	send(junk...)
+	if n, _ := g.recv(200 * time.Millisecond); n[0] != 0 || n[1] != len(junk) {
+		t.Fatalf("bad datagrams per socket %v, want all %d on the newest", n, len(junk))
+	}
+	c1, err := m1.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := m2.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Generation 1's counters were reset when it joined, before its
+	// first Initial.
+	want1 := steer.QUICCounters{ByID: 2 * per, Remembered: 2, Newest: 1}
+	want2 := steer.QUICCounters{ByID: 2 * per, Remembered: 1, Newest: 2, Fallback: uint64(len(junk))}
+	if c1 != want1 || c2 != want2 {
+		t.Fatalf("counters %+v and %+v, want %+v and %+v", c1, c2, want1, want2)
+	}
 
-		// The newest leaves, socket first (as documented): generation 1 is
-		// the newest again, and gets generation 2's datagrams (its server is
-		// gone: they are garbage).
-		if err := b.Close(); err != nil {
-			t.Fatal(err)
-		}
-		g.socks = g.socks[:1]
-		if err := m2.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if nw, err := m1.Newest(); err != nil || nw != 1 {
-			t.Fatalf("newest %d (%v) after generation 2 left, want 1", nw, err)
-		}
-		send(shortPacket(cid(2)), longPacket(0, []byte{5, 5, 5, 5, 5, 5, 5, 5}))
-		if n, _ := g.recv(200 * time.Millisecond); n[0] != 2 {
-			t.Fatalf("after generation 2 left: %v, want 2 on generation 1", n)
-		}
-		if err := m1.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if p := pins(t, dir); len(p) != 0 {
-			t.Fatalf("pins left after the last member: %v", p)
-		}
-	})
+	// The newest leaves, socket first (as documented): generation 1 is
+	// the newest again, and gets generation 2's datagrams (its server is
+	// gone: they are garbage).
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g.socks = g.socks[:1]
+	if err := m2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if nw, err := m1.Newest(); err != nil || nw != 1 {
+		t.Fatalf("newest %d (%v) after generation 2 left, want 1", nw, err)
+	}
+	send(shortPacket(cid(2)), longPacket(0, []byte{5, 5, 5, 5, 5, 5, 5, 5}))
+	if n, _ := g.recv(200 * time.Millisecond); n[0] != 2 {
+		t.Fatalf("after generation 2 left: %v, want 2 on generation 1", n)
+	}
+	if err := m1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if p := pins(t, dir); len(p) != 0 {
+		t.Fatalf("pins left after the last member: %v", p)
+	}
 }
 
 // checkGens checks every datagram (32-byte prefixes, concatenated) names gen.
