@@ -266,3 +266,67 @@ func (l *h3load) answered(gen int) int {
 	defer l.mu.Unlock()
 	return l.byGen[gen]
 }
+
+// TestSteeredOldGenerationCrashed kills (SIGKILL) a generation that still
+// has connections, once its successor serves. The kernel then gives their
+// datagrams to the newest (Fallback), which drops them as not its own
+// (Unknown) and sends no stateless reset: the requests in flight on the
+// dead generation fail at the client's idle timeout, without a reset, and
+// their clients reconnect, to the newest.
+func TestSteeredOldGenerationCrashed(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		bin := netnstest.ExecutableCopy(t)
+		dir := t.TempDir()
+		cert, err := netnstest.WriteCert(dir, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := "127.0.0.1:4433"
+		env := []string{"ZERODROP_TEST_HELPER=h3steer", envGen + "=1", envAddr + "=" + addr, envBPF + "=" + netnstest.MountBPF(t, "0700"),
+			envDir + "=" + dir, envCert + "=" + cert.CertFile, envKey + "=" + cert.KeyFile, "QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=1"}
+		s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
+		pid := field(t, s.Expect(t, "ready 1 "), 2)
+		l := startH3Load(t, "https://"+addr+"/", cert.Client(http3.NextProtoH3), 8, 2)
+		l.waitGen(t, 1, 20)
+		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		next := field(t, s.Expect(t, "ready 2 "), 2)
+		l.waitGen(t, 2, 20)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		s.Reap(t, pid, 30*time.Second)
+		// The dead generation's requests fail at the clients' idle timeout
+		// (10 s); then they reconnect, to the newest.
+		deadline := time.Now().Add(40 * time.Second)
+		for l.failures() == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if l.failures() == 0 {
+			t.Fatalf("no request of the dead generation failed within 40 s: %s", l)
+		}
+		l.waitGen(t, 2, l.answered(2)+100)
+		l.stop()
+		if err := syscall.Kill(next, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		r := s.Expect(t, "report 2 ")
+		s.Reap(t, next, 30*time.Second)
+		t.Logf("%s; %s", l, r)
+		if l.resets != 0 || l.handshake != 0 {
+			t.Errorf("stateless resets or handshake failures: %s", l)
+		}
+		fallback, unknown := reportValue(t, r, "fallback"), reportValue(t, r, "unknown")
+		if fallback == 0 || unknown != fallback || reportValue(t, r, "malformed") != 0 {
+			t.Errorf("report %q: want the dead generation's datagrams steered to the newest (fallback > 0) and all dropped (unknown = fallback)", r)
+		}
+	})
+}
+
+// failures returns how many requests failed so far.
+func (l *h3load) failures() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failed
+}
