@@ -76,6 +76,14 @@
 // the server must drop, without a stateless reset, what it does not know.
 // QUICMember.Counters counts, per generation, what went where and why.
 //
+// A generation that dies (crash, SIGKILL) with connections left loses them:
+// the kernel takes its socket out of the sockarray, their datagrams go to the
+// newest, which drops them (quicdrain counts them in Stats.Unknown) without
+// a stateless reset; their clients notice at their idle timeout and
+// reconnect, to the newest (TestSteeredOldGenerationCrashed in quicdrain).
+// The group's pins stay until the last member closes; a later JoinQUIC
+// reuses them.
+//
 // Limits: 256 generations at most alive at once (the byte wraps); a flood of
 // Initials evicts remembered clients (initialsLen of them, 8192), whose
 // later Initials then go to the newest, as do those of a client that changes
