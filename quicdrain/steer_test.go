@@ -196,7 +196,7 @@ func steeredRestarts(t *testing.T, n int, steered bool) (*h3load, []string) {
 // Fallback, may), and the too-short datagrams all reached the newest, which
 // dropped them. Some ClientHellos (Go's default X25519MLKEM768 key share)
 // must have taken two Initial datagrams, the second routed by the program's
-// memory of the first's DCID.
+// memory of the client.
 func TestSteeredRestartUnderLoad(t *testing.T) {
 	n := 5
 	if os.Getenv(envRounds) != "" {
@@ -233,7 +233,7 @@ func TestSteeredRestartUnderLoad(t *testing.T) {
 			t.Errorf("%s", l)
 		}
 		if remembered == 0 {
-			t.Errorf("no ClientHello took two Initial datagrams routed by the program's memory of its DCID")
+			t.Errorf("no ClientHello took two Initial datagrams routed by the program's memory of its client")
 		}
 	})
 }
