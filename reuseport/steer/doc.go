@@ -85,7 +85,7 @@
 // reuses them.
 //
 // Limits: 256 generations at most alive at once (the byte wraps); a flood of
-// Initials evicts remembered clients (initialsLen of them, 8192), whose
+// Initials evicts remembered clients (the map holds 8192), whose
 // later Initials then go to the newest, as do those of a client that changes
 // its address or port during its handshake, or pauses it for more than 10 s;
 // a client that reuses its address, port and SCID (an empty one, often) for
