@@ -12,6 +12,13 @@ import (
 // of generation, 13 random bytes, and a 2-byte tag under the lineage key.
 const CIDLen = 16
 
+// CIDGenOffset is where, in a connection ID a generation issues, the low
+// byte of its generation number is: what a router outside this package
+// (package steer's QUIC program, in the kernel) reads to find the
+// generation of a datagram (steer.QUIC{CIDLen: CIDLen, GenOffset:
+// CIDGenOffset}).
+const CIDGenOffset = 0
+
 // KeyLen is the length of a lineage key.
 const KeyLen = 16
 
@@ -44,7 +51,7 @@ func (c *cidCodec) tag(id []byte, out []byte) {
 // GenerateConnectionID implements quic.ConnectionIDGenerator.
 func (c *cidCodec) GenerateConnectionID() (quic.ConnectionID, error) {
 	var id [CIDLen]byte
-	id[0] = c.gen
+	id[CIDGenOffset] = c.gen
 	if _, err := rand.Read(id[1 : CIDLen-2]); err != nil {
 		return quic.ConnectionID{}, err
 	}
@@ -63,5 +70,5 @@ func (c *cidCodec) generation(id []byte) (byte, bool) {
 	}
 	var t [2]byte
 	c.tag(id, t[:])
-	return id[0], t[0] == id[CIDLen-2] && t[1] == id[CIDLen-1]
+	return id[CIDGenOffset], t[0] == id[CIDLen-2] && t[1] == id[CIDLen-1]
 }

@@ -122,4 +122,11 @@
 // kernel Go supports. No capability. The kernel's limit on a unix datagram
 // socket's queue (net.unix.max_dgram_qlen, 10 by default) is why each
 // destination has a queue of its own in user space.
+//
+// With privilege, the kernel can route instead (ListenSteered, and package
+// steer's Config.JoinQUIC):
+// each generation has a UDP socket of its own on the port, and package
+// steer's SK_REUSEPORT program gives each datagram to the socket of the
+// generation its connection ID names, so nothing is forwarded or handed
+// over. Linux 5.14+, CAP_BPF and CAP_NET_ADMIN (or root), a bpf filesystem.
 package quicdrain

@@ -92,6 +92,7 @@ type Gen struct {
 	dests map[uint64]*dest // the reader's: the older generations it forwards to
 
 	handover chan []byte // the predecessor's handover message
+	steered  bool        // a socket of its own, routed by the kernel (steer.go)
 
 	mu        sync.Mutex
 	reading   bool
@@ -199,7 +200,7 @@ func (g *Gen) Start(ctx context.Context) error {
 	}
 	g.started = true
 	g.mu.Unlock()
-	if g.gen > 1 {
+	if g.gen > 1 && !g.steered {
 		if _, err := os.Stat(g.path(g.gen - 1)); err == nil {
 			g.awaitHandover(ctx)
 		}
@@ -237,7 +238,12 @@ func (g *Gen) awaitHandover(ctx context.Context) {
 // (its forwarding socket does not exist) it returns an error matching
 // ErrNoSuccessor and this generation goes on reading: a stop without
 // successor (HTTP3.Shutdown at SIGTERM) still hears its clients.
+// A steered generation (ListenSteered) has nothing to hand over: Handover
+// returns nil at once and it goes on reading its own socket.
 func (g *Gen) Handover(ctx context.Context) error {
+	if g.steered {
+		return nil // the kernel routes; we go on reading our socket
+	}
 	if _, err := os.Stat(g.path(g.gen + 1)); err != nil {
 		// nobody to read after us: keep reading (a stop without successor)
 		return fmt.Errorf("quicdrain: handover to generation %d: %w (%w)", g.gen+1, ErrNoSuccessor, err)

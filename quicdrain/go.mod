@@ -11,20 +11,26 @@ godebug (
 )
 
 require (
+	github.com/cilium/ebpf v0.20.0
 	github.com/quic-go/quic-go v0.59.1
 	github.com/zerodrop/zerodrop v0.0.0
+	github.com/zerodrop/zerodrop/reuseport/steer v0.0.0
 	go.uber.org/zap v1.28.0
 	golang.org/x/sys v0.40.0
 )
 
 require (
+	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/quic-go/qpack v0.6.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
-	golang.org/x/crypto v0.41.0 // indirect
-	golang.org/x/net v0.43.0 // indirect
-	golang.org/x/text v0.28.0 // indirect
+	golang.org/x/crypto v0.43.0 // indirect
+	golang.org/x/net v0.46.0 // indirect
+	golang.org/x/text v0.30.0 // indirect
 )
 
 // Built against this tree, not a release.
-replace github.com/zerodrop/zerodrop => ..
+replace (
+	github.com/zerodrop/zerodrop => ..
+	github.com/zerodrop/zerodrop/reuseport/steer => ../reuseport/steer
+)

@@ -82,3 +82,30 @@ var (
 	_ Marker = (*steer.Group)(nil)
 	_ Marker = (*steer.Member)(nil)
 )
+
+// One generation of a QUIC server, on a UDP socket of its own on the shared
+// port (quicdrain.ListenSteered makes one), joins as the newest: from then
+// on the kernel gives it the datagrams of its own connections and every new
+// client, and the older generations theirs, on their own sockets. Its
+// connection IDs are 16 bytes with its generation's low byte first
+// (quicdrain.CIDLen, quicdrain.CIDGenOffset). (Needs root and a bpf
+// filesystem: compile-only.)
+func ExampleConfig_JoinQUIC() {
+	ctx := context.Background()
+	const gen = 2 // this process's generation, as its connection IDs say
+	pc, err := reuseport.ListenPacket(ctx, "udp4", "127.0.0.1:443")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pc.Close()
+	// ... serve QUIC on pc, with connection IDs that carry gen ...
+	cfg := &steer.Config{}
+	m, err := cfg.JoinQUIC(ctx, pc, gen, steer.QUIC{CIDLen: 16, GenOffset: 0})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... at the successor's signal: drain (HTTP/3 GOAWAY), close pc, then:
+	c, _ := m.Counters()
+	fmt.Printf("datagrams by connection ID %d, new clients %d\n", c.ByID, c.Newest)
+	m.Close()
+}

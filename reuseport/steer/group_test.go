@@ -245,6 +245,14 @@ func asNobody() {
 		_, err = cfg.Join(ctx, l)
 	case "open":
 		_, err = cfg.Open(ctx, os.Getenv("ZD_ADDR"))
+	case "joinquic":
+		pc, lerr := reuseport.ListenPacket(ctx, "udp4", os.Getenv("ZD_ADDR"))
+		if lerr != nil {
+			fmt.Println("listen:", lerr)
+			return
+		}
+		defer pc.Close()
+		_, err = cfg.JoinQUIC(ctx, pc, 1, steer.QUIC{CIDLen: 16})
 	}
 	var oe *net.OpError
 	fmt.Printf("permission=%v os=%v op=%v %v\n", errors.Is(err, steer.ErrPermission), errors.Is(err, os.ErrPermission), errors.As(err, &oe), err)
