@@ -183,7 +183,7 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 	shutdown := func(cause string, delay time.Duration) (*Report, error) {
 		rep.Cause = cause
 		if g.pool != nil {
-			g.pool.stopListening() // siblings stopping now pick another
+			g.pool.StopListening() // siblings stopping now pick another
 		}
 		if g.u != nil {
 			g.u.StopTakingConns() // none acked that ServeConn would close
@@ -239,7 +239,7 @@ func serveTickets(srv *http.Server, opts *Options) (func(), error) {
 // generationSet is a Generation and the siblings of Options.Pool.
 type generationSet struct {
 	*Generation
-	pool *siblings // nil without Pool
+	pool *handoff.Pool // nil without Pool
 }
 
 // handOver is a drain.Server.HandOver that passes the connections of the
@@ -251,7 +251,7 @@ func (g *generationSet) handOver(name string) func(context.Context, []drain.Deta
 			if g.pool == nil {
 				return 0, fmt.Errorf("zerodrop: no successor takes the connections of %s: %w", name, handoff.ErrNotTaken)
 			}
-			s, err := g.pool.sender(ctx, name)
+			s, err := g.pool.Sender(ctx, name)
 			if err != nil {
 				return 0, err
 			}
@@ -288,7 +288,7 @@ func (g *generationSet) passConns(servers []*drain.Server, opts Options, log *za
 	if opts.Pool == "" || len(handlers) == 0 {
 		return nil
 	}
-	p, err := listenSiblings(opts.Pool, handoff.ConnsConfig{AllowUIDs: opts.AllowUIDs, Logger: log, Addrs: addrs}, handlers)
+	p, err := handoff.JoinPool(opts.Pool, handoff.ConnsConfig{AllowUIDs: opts.AllowUIDs, Logger: log, Addrs: addrs}, handlers)
 	if err != nil {
 		return err
 	}
@@ -300,7 +300,7 @@ func (g *generationSet) passConns(servers []*drain.Server, opts Options, log *za
 // listeners).
 func (g *generationSet) close() {
 	if g.pool != nil {
-		g.pool.close()
+		g.pool.Close()
 	}
 	g.Close()
 }
