@@ -82,18 +82,17 @@ func (s *Server) stopConns() {
 	}
 }
 
-// handOverBatch is how many connections handOver takes from net/http at
-// once. A connection's request waits from its take until the successor
-// serves it: its batch is detached, sent, validated, acknowledged and served
-// again as a whole, and the larger the batch the longer each of its
-// connections is in transit. Until its own batch, a connection is served
-// here, so small batches keep each connection's transit to one batch's round
-// trip (BenchmarkTransitWait in package handoff: with every idle connection
-// in one batch, 256 clients waited 44 ms at the median, a whole handoff).
-const handOverBatch = 16
+// defaultHandOverBatch is Server.HandOverBatch's default. A connection's
+// request waits from its take until the successor serves it: its batch is
+// detached, sent, validated, acknowledged and served again as a whole, and
+// the larger the batch the longer each of its connections is in transit.
+// Until its own batch, a connection is served here, so small batches keep
+// each connection's transit to one batch's round trip (BenchmarkTransitWait
+// in package handoff compares batch sizes).
+const defaultHandOverBatch = 16
 
 // handOver hands the plain HTTP/1.1 connections over, each as soon as
-// net/http waits for its next request, at most handOverBatch at a time,
+// net/http waits for its next request, at most HandOverBatch at a time,
 // until none is left, grace ends, or HandOver fails (it returns that error). A connection detached but not
 // taken is served here again (returned).
 func (s *Server) handOver(ctx context.Context, grace time.Duration) (taken, returned int, err error) {
@@ -101,11 +100,12 @@ func (s *Server) handOver(ctx context.Context, grace time.Duration) (taken, retu
 	defer tm.Stop()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
+	size := orDefaultInt(s.HandOverBatch, defaultHandOverBatch)
 	for {
 		cands, left := s.t.detachable()
 		var begun []*detachConn
 		for _, dc := range cands {
-			if len(begun) == handOverBatch {
+			if len(begun) == size {
 				break // the rest are served here meanwhile
 			}
 			if dc.beginDetach() {
@@ -140,7 +140,7 @@ func (s *Server) handOver(ctx context.Context, grace time.Duration) (taken, retu
 		if err != nil || left == 0 {
 			return taken, returned, err
 		}
-		if len(begun) == handOverBatch {
+		if len(begun) == size {
 			continue // more are waiting to be taken: no tick
 		}
 		select {
@@ -187,4 +187,11 @@ func (t *tracker) forget(c net.Conn) {
 	t.mu.Lock()
 	delete(t.conns, c)
 	t.mu.Unlock()
+}
+
+func orDefaultInt(n, def int) int {
+	if n > 0 {
+		return n
+	}
+	return def
 }

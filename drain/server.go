@@ -89,6 +89,13 @@ type Server struct {
 	// lives in crypto/tls and net/http). HandOver works with Serve, not
 	// ServeTLS.
 	HandOver func(ctx context.Context, conns []Detached) (taken int, err error)
+	// HandOverBatch is how many connections are taken from net/http and
+	// offered to HandOver at once; default 16. A request that arrives on a
+	// connection once it is taken waits until the successor serves it, that
+	// is until its whole batch was passed and acknowledged; the connections
+	// not taken yet are served here meanwhile. Larger batches make the
+	// handover shorter and each connection's transit longer.
+	HandOverBatch int
 	// HandOverGrace bounds how long Shutdown waits for busy connections to
 	// finish their response so they can be handed over; those still busy
 	// then get the usual treatment (IdleGrace). Default 5 s.
