@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"context"
+	"errors"
 	"net"
 	"slices"
 	"testing"
@@ -43,5 +44,42 @@ func TestPoolSocketNames(t *testing.T) {
 			t.Errorf("%s: its dial reached another listener", w.p.self)
 		}
 		s.Close()
+	}
+}
+
+// A worker alone in its pool directory: PassConns (the probe a drain makes
+// with no connection) finds no sibling, with a *PoolError that matches
+// ErrNotTaken; with a sibling that takes the listener, it finds one, and a
+// sibling that takes other listeners only is skipped.
+func TestPoolNoSibling(t *testing.T) {
+	dir := t.TempDir()
+	drop := func(pc PassedConn) { pc.Conn.Close() }
+	cfg := ConnsConfig{Addrs: map[string]net.Addr{"a": &net.TCPAddr{Port: 80}, "b": &net.TCPAddr{Port: 80}}}
+	a, err := JoinPool(dir, cfg, map[string]func(PassedConn){"a": drop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx := context.Background()
+	_, err = a.PassConns(ctx, "a", nil)
+	var pe *PoolError
+	if !errors.Is(err, ErrNotTaken) || !errors.As(err, &pe) || pe.Listener != "a" || pe.Dir != dir {
+		t.Fatalf("alone: %v, want a *PoolError for a matching ErrNotTaken", err)
+	}
+	b, err := JoinPool(dir, cfg, map[string]func(PassedConn){"b": drop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := a.PassConns(ctx, "a", nil); !errors.Is(err, ErrNotTaken) {
+		t.Errorf("with a sibling taking only b: %v, want ErrNotTaken", err)
+	}
+	if _, err := a.PassConns(ctx, "b", nil); err != nil {
+		t.Errorf("with a sibling taking b: %v", err)
+	}
+	b.StopListening()
+	a.Close() // drops the sender to b
+	if _, err := b.PassConns(ctx, "a", nil); !errors.Is(err, ErrNotTaken) {
+		t.Errorf("once a closed: %v, want ErrNotTaken", err)
 	}
 }
