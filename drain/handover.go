@@ -95,13 +95,22 @@ const defaultHandOverBatch = 16
 // net/http waits for its next request, at most HandOverBatch at a time,
 // until none is left, grace ends, or HandOver fails (it returns that error). A connection detached but not
 // taken is served here again (returned).
-func (s *Server) handOver(ctx context.Context, grace time.Duration) (taken, returned int, err error) {
-	tm := time.NewTimer(grace)
-	defer tm.Stop()
+//
+// It begins as the listener begins to stop, and goes on until stopped is
+// closed (the listener has stopped: every connection it accepted is
+// tracked) and nothing is left; grace runs from then.
+func (s *Server) handOver(ctx context.Context, grace time.Duration, stopped <-chan struct{}) (taken, returned int, err error) {
+	var graceOver <-chan time.Time // armed once the listener has stopped
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	size := orDefaultInt(s.HandOverBatch, defaultHandOverBatch)
 	for {
+		done := stopped == nil // the listener had stopped before this pass
+		if done && graceOver == nil {
+			tm := time.NewTimer(grace)
+			defer tm.Stop()
+			graceOver = tm.C
+		}
 		cands, left := s.t.detachable()
 		var begun []*detachConn
 		for _, dc := range cands {
@@ -137,7 +146,7 @@ func (s *Server) handOver(ctx context.Context, grace time.Duration) (taken, retu
 				return taken, returned, herr
 			}
 		}
-		if err != nil || left == 0 {
+		if err != nil || (left == 0 && done) {
 			return taken, returned, err
 		}
 		if len(begun) == size {
@@ -146,8 +155,10 @@ func (s *Server) handOver(ctx context.Context, grace time.Duration) (taken, retu
 		select {
 		case <-ctx.Done():
 			return taken, returned, ctx.Err()
-		case <-tm.C:
+		case <-graceOver:
 			return taken, returned, nil
+		case <-stopped:
+			stopped = nil
 		case <-tick.C:
 		}
 	}

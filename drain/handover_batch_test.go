@@ -133,3 +133,69 @@ func (r *rawClient) post(body string) (string, error) {
 	_, err = bufio.NewReader(resp.Body).WriteTo(&sb)
 	return sb.String(), err
 }
+
+// The handover begins as the listener begins to stop, not once it has
+// stopped: with the listener's stop held (as a step-out's group inspection
+// and RCU wait hold it for tens of milliseconds), the idle connections are
+// handed over meanwhile. (HandOver was first called after the stop; the
+// held stop waited its whole 5 s for a handover that could not come.)
+func TestHandOverDuringStop(t *testing.T) {
+	const clients = 8
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		ln := listenTCP(t, "127.0.0.1:0")
+		b := &drain.Server{HTTP: &http.Server{Handler: echoNamed("B")}}
+		handed := make(chan struct{})
+		var once sync.Once
+		a := &drain.Server{HTTP: &http.Server{Handler: echoNamed("A")}}
+		a.HandOver = func(ctx context.Context, conns []drain.Detached) (int, error) {
+			for _, d := range conns {
+				if err := b.ServeConn(d.Conn, d.Unread); err != nil {
+					return 0, err
+				}
+			}
+			if len(conns) > 0 {
+				once.Do(func() { close(handed) })
+			}
+			return len(conns), nil
+		}
+		var during bool
+		defer drain.SetTestHookStopListener(func() {
+			select {
+			case <-handed:
+				during = true
+			case <-time.After(5 * time.Second):
+			}
+		})()
+		served := serve(t, func() error { return a.Serve(ln) })
+		cs := make([]*rawClient, clients)
+		for i := range cs {
+			cs[i] = dialRaw(t, ln.Addr().String())
+			if got, err := cs[i].post("x"); err != nil || got != "A x" {
+				t.Fatalf("client %d: %q, %v", i, got, err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		rep, err := a.Shutdown(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := served(); err != http.ErrServerClosed {
+			t.Errorf("Serve: %v", err)
+		}
+		if !during {
+			t.Error("nothing was handed over while the listener's stop was held: the handover waited for the stop")
+		}
+		if h := rep.HTTP; h.HandedOver != clients || h.IdleClosed != 0 {
+			t.Errorf("handed over %d, idle closed %d; want %d, 0", h.HandedOver, h.IdleClosed, clients)
+		}
+		for i, c := range cs {
+			if got, err := c.post("after"); err != nil || got != "B after" {
+				t.Errorf("client %d after the drain: %q, %v", i, got, err)
+			}
+			c.c.Close()
+		}
+		b.Shutdown(ctx)
+	})
+}

@@ -326,8 +326,23 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 		}
 		goingAway = s.t.goAway(h.CloseSpread)
 	})
+	// The keep-alive connections are handed over while the listener stops
+	// (a step-out or a migration takes tens of milliseconds, which the
+	// handover need not wait for): handOver goes on until the listener has
+	// stopped and every connection it accepted is handed over.
+	stopped := make(chan struct{})
+	var handed chan struct{}
+	var herr error
+	if handOver {
+		handed = make(chan struct{})
+		go func() {
+			defer close(handed)
+			h.HandedOver, h.HandOverReturned, herr = s.handOver(ctx, orDefault(s.HandOverGrace, 5*time.Second), stopped)
+		}()
+	}
 	t0 := time.Now()
 	r, err := s.stopListener(ctx, leave)
+	close(stopped)
 	errs = append(errs, err)
 	h.StopTook = time.Since(t0)
 	leave() // if the listener's stop did not (it had run already)
@@ -335,8 +350,7 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	h.TLSPending, h2Left = s.t.markPending()
 	h.HTTP2 = max(h2Open, h2Left)
 	if handOver {
-		var herr error
-		h.HandedOver, h.HandOverReturned, herr = s.handOver(ctx, orDefault(s.HandOverGrace, 5*time.Second))
+		<-handed
 		if herr != nil {
 			h.HandOverError = herr.Error()
 		}
