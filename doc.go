@@ -13,11 +13,12 @@
 //
 //	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 //	rep, err := zerodrop.Serve(ctx, srv, []string{":8080"}, zerodrop.Options{
-//		Handoff: "/run/app/handoff.sock", // a successor takes the sockets over
+//		Handoff:   handoff.Config{Path: "/run/app/handoff.sock"}, // a successor takes the sockets over
+//		Successor: zerodrop.ReExec,                             // SIGHUP starts this executable again
 //	})
 //
-// Started again with the same Handoff (by SIGHUP, which starts this same
-// executable by default, by a deploy tool with handoff.Upgrade, or by
+// Started again with the same Handoff.Path (by SIGHUP, which starts
+// Options.Successor, by a deploy tool with handoff.Upgrade, or by
 // systemd's ExecReload=), the new process inherits the listening sockets,
 // serves them, and the old one drains: no connection is refused, reset or
 // left unanswered. Without Handoff, or when no predecessor answers, the

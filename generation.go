@@ -14,6 +14,7 @@ import (
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/sockets"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -32,36 +33,41 @@ import (
 //	// drain, with delay when a signal or ctx stopped us...
 //	g.Close()
 //
-// Open installs the handlers of Options.Signals and, with Handoff, of
-// Options.UpgradeSignals; Close removes them.
+// Open installs the handlers of Options.Signals and, with Handoff.Path and
+// Successor, of Options.UpgradeSignals, unless Options.NoSignals; Close
+// removes them.
 type Generation struct {
 	u     *handoff.Upgrader // nil without Handoff
-	act   *systemd.Activation
-	names []string // the addresses, the listeners' names for handoff
+	table *sockets.Table    // the Upgrader's, or our own without Handoff
+	names []string          // the addresses, the listeners' names in the table
 	lns   []net.Listener
 	wd    *systemd.Watchdog
 	log   *zap.Logger
 	opts  Options
 
-	stop, upgrade chan os.Signal // upgrade is nil without Handoff
+	stop, upgrade chan os.Signal // upgrade is nil without Handoff.Path and Successor
+	upgradeNow    chan struct{}  // Upgrade
 }
 
 // CauseSuccessor is Wait's cause when a successor took over; Report.Cause
 // says it then too.
 const CauseSuccessor = "successor ready"
 
-// Open takes a listener for every address, or none: on error those already
-// taken are closed. Of opts it reads Handoff, PIDFile, AllowUIDs, Listen,
-// Logger, OnHandoff, TicketKeys, Signals, UpgradeSignals, Successor, Delay.
+// Open takes a listener for every address from one socket table (package
+// sockets: the predecessor's through handoff, else systemd's, else fresh),
+// or none: on error those already taken are closed. Of opts it reads
+// Handoff, Logger, Signals, UpgradeSignals, NoSignals, Successor, Delay.
 func Open(ctx context.Context, addrs []string, opts Options) (g *Generation, err error) {
 	if len(addrs) == 0 {
 		return nil, ErrNoAddress
 	}
-	g = &Generation{log: opts.Logger, opts: opts, stop: make(chan os.Signal, 1)}
+	g = &Generation{log: opts.Logger, opts: opts, stop: make(chan os.Signal, 1), upgradeNow: make(chan struct{}, 1)}
 	if g.log == nil {
 		g.log = zap.NewNop()
 	}
-	signal.Notify(g.stop, signalsOr(opts.Signals, syscall.SIGTERM, syscall.SIGINT)...)
+	if !opts.NoSignals {
+		signal.Notify(g.stop, signalsOr(opts.Signals, syscall.SIGTERM, syscall.SIGINT)...)
+	}
 	defer func() {
 		if err != nil {
 			for _, l := range g.lns {
@@ -71,45 +77,44 @@ func Open(ctx context.Context, addrs []string, opts Options) (g *Generation, err
 			g = nil
 		}
 	}()
-	cfg := opts.Listen
-	if cfg.Logger == nil {
-		cfg.Logger = opts.Logger
+	hc := opts.Handoff
+	if hc.Logger == nil {
+		hc.Logger = opts.Logger
 	}
-	if opts.Handoff != "" {
-		if cfg.Migration == reuseport.MigrationWarn {
-			cfg.Migration = reuseport.MigrationIgnore // a handoff-only service does not migrate
+	if hc.Listen.Logger == nil {
+		hc.Listen.Logger = opts.Logger
+	}
+	if hc.Path != "" {
+		if hc.Listen.Migration == reuseport.MigrationWarn {
+			hc.Listen.Migration = reuseport.MigrationIgnore // a handoff-only service does not migrate
 		}
-		g.u, err = handoff.New(ctx, handoff.Config{Path: opts.Handoff, PIDFile: opts.PIDFile, AllowUIDs: opts.AllowUIDs, Listen: cfg, Logger: opts.Logger, OnHandoff: opts.OnHandoff,
-			TicketKeys: opts.TicketKeys})
-		if err != nil {
+		if g.u, err = handoff.New(ctx, hc); err != nil {
 			return g, err
 		}
-		g.upgrade = make(chan os.Signal, 1)
-		signal.Notify(g.upgrade, signalsOr(opts.UpgradeSignals, syscall.SIGHUP)...)
-	} else if g.act, err = systemd.Activated(); err != nil {
+		if opts.Successor != nil && !opts.NoSignals {
+			g.upgrade = make(chan os.Signal, 1)
+			signal.Notify(g.upgrade, signalsOr(opts.UpgradeSignals, syscall.SIGHUP)...)
+		}
+		g.table = g.u.Table()
+	} else if g.table, err = sockets.New(sockets.Config{Listen: hc.Listen, WarnOnMismatch: hc.WarnOnMismatch, Systemd: true, Logger: hc.Logger}, nil); err != nil {
 		return g, err
 	}
-	for _, a := range addrs {
-		var l net.Listener
-		switch {
-		case g.u != nil:
-			l, err = g.u.Listen(ctx, a, "tcp", a)
-		default:
-			l, err = g.act.Listener(ctx, a, "tcp", a, &cfg)
-			if errors.Is(err, systemd.ErrNotFound) || (err == nil && l == nil) {
-				l, err = cfg.Listen(ctx, "tcp", a)
-			}
+	seen := map[string]bool{}
+	for i, a := range addrs {
+		name := a // a successor given the same addresses finds the same names
+		if seen[a] {
+			name = fmt.Sprintf("%s#%d", a, i) // the same address twice (port 0)
 		}
+		seen[a] = true
+		l, err := g.table.Listen(ctx, name, "tcp", a)
 		if err != nil {
 			return g, err
 		}
-		g.names = append(g.names, a)
+		g.names = append(g.names, name)
 		g.lns = append(g.lns, l)
 	}
-	if g.act != nil {
-		if left := g.act.Available(); len(left) > 0 {
-			g.log.Warn("activated sockets not used", zap.String("event", "zerodrop.unused_fds"), zap.Strings("fds", left))
-		}
+	if left := g.table.Unclaimed(); len(left) > 0 {
+		g.log.Warn("sockets passed to us and not used", zap.String("event", "zerodrop.unused_fds"), zap.Strings("fds", left))
 	}
 	return g, nil
 }
@@ -193,8 +198,23 @@ func (g *Generation) incomplete(step string, err error) {
 	g.log.Warn("ready incomplete; serving anyway", zap.String("event", "zerodrop.ready_incomplete"), zap.String("step", step), zap.Error(err))
 }
 
-// Wait serves the upgrade signals (each starts a successor: Options.Successor,
-// or this executable again; a failure is logged, and we go on serving) and
+// Upgrade asks Wait to start a successor (Options.Successor), as an upgrade
+// signal does; it does not wait. It reports false when there is nothing to
+// start (no Handoff.Path or no Successor) or a request is already pending.
+func (g *Generation) Upgrade() bool {
+	if g.u == nil || g.opts.Successor == nil {
+		return false
+	}
+	select {
+	case g.upgradeNow <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait serves the upgrade signals and Upgrade (each starts a successor:
+// Options.Successor; a failure is logged, and we go on serving) and
 // returns why the generation must stop, and with which Delay: CauseSuccessor
 // (delay 0: the successor serves the same sockets; also when a stop signal
 // or ctx came while a successor was taking over and it did), a stop signal's
@@ -208,9 +228,9 @@ func (g *Generation) Wait(ctx context.Context, served <-chan error) (cause strin
 	for {
 		select {
 		case <-g.upgrade:
-			if err := startSuccessor(g.opts.Successor, g.log); err != nil {
-				g.log.Warn("successor not started", zap.String("event", "zerodrop.successor_failed"), zap.Error(err))
-			}
+			g.startSuccessor()
+		case <-g.upgradeNow:
+			g.startSuccessor()
 		case <-exit:
 			return CauseSuccessor, 0, nil
 		case sig := <-g.stop:
@@ -295,8 +315,8 @@ func (g *Generation) Stopping(cause string) {
 	}
 }
 
-// Close releases what the servers did not: the Upgrader, activated fds no
-// address took, the watchdog, the signal handlers. It does not close the
+// Close releases what the servers did not: the Upgrader, the socket
+// table's references and the activated fds no address took, the watchdog, the signal handlers. It does not close the
 // listeners (their servers do).
 func (g *Generation) Close() error {
 	signal.Stop(g.stop)
@@ -306,30 +326,44 @@ func (g *Generation) Close() error {
 	if g.wd != nil {
 		g.wd.Stop()
 	}
-	var err error
-	if g.u != nil {
-		err = g.u.Close()
+	switch {
+	case g.u != nil:
+		return g.u.Close() // and its table
+	case g.table != nil:
+		return g.table.Close()
 	}
-	if g.act != nil {
-		err = errors.Join(err, g.act.Close())
+	return nil
+}
+
+// ReExec is an Options.Successor that starts this executable again, with
+// our arguments, environment, stdout and stderr. The executable is the one
+// this process runs now (/proc/self/exe), so that a binary replaced on disk
+// at the same path starts in its new version.
+func ReExec() *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = "/proc/self/exe"
 	}
-	return err
+	cmd := exec.Command(exe, os.Args[1:]...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	return cmd
+}
+
+// startSuccessor starts Options.Successor's command, and logs a failure (we
+// keep serving).
+func (g *Generation) startSuccessor() {
+	if err := startSuccessor(g.opts.Successor, g.log); err != nil {
+		g.log.Warn("successor not started", zap.String("event", "zerodrop.successor_failed"), zap.Error(err))
+	}
 }
 
 // startSuccessor starts the next generation; it is reaped here if it exits
 // while we run (a failed start: we keep serving), or by systemd, whose child
 // it is when we run under systemd.
 func startSuccessor(successor func() *exec.Cmd, log *zap.Logger) error {
-	var cmd *exec.Cmd
-	if successor != nil {
-		cmd = successor()
-	} else {
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		cmd = exec.Command(exe, os.Args[1:]...)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd := successor()
+	if cmd == nil {
+		return errors.New("zerodrop: Options.Successor returned no command")
 	}
 	// Under systemd the successor is systemd's child (see
 	// systemd.StartSuccessor): systemd waits for it at the next stop.

@@ -12,6 +12,8 @@ func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("activated", activatedMain)
 	netnstest.RegisterHelper("resume", resumeMain)
 	netnstest.RegisterHelper("cpuworker", cpuWorkerMain)
+	netnstest.RegisterHelper("table", tableMain)
+	netnstest.RegisterHelper("signals", signalsMain)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop"
+	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 )
 
@@ -40,7 +41,8 @@ func resumeMain() {
 	}
 	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
 	rep, err := zerodrop.Serve(context.Background(), srv, []string{os.Getenv("ZD_ADDR")}, zerodrop.Options{
-		Handoff:         os.Getenv("ZD_SOCK"),
+		Handoff:         handoff.Config{Path: os.Getenv("ZD_SOCK")},
+		Successor:       zerodrop.ReExec,
 		Grace:           10 * time.Second,
 		NoTicketHandoff: os.Getenv("ZD_NO_TICKETS") != "",
 		OnServing:       func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },

@@ -14,39 +14,52 @@ import (
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/handoff"
-	"github.com/zerodrop/zerodrop/reuseport"
 	"github.com/zerodrop/zerodrop/ticket"
 	"go.uber.org/zap"
 )
 
-// Options configures Serve. The zero value serves fresh (or socket-activated)
-// listeners without a handoff, and stops on SIGTERM or SIGINT.
+// Options configures Serve, and Open (a Generation) for a server of another
+// kind. The zero value serves fresh (or socket-activated) listeners without
+// a handoff, stops on SIGTERM or SIGINT, and starts no successor. Each knob
+// of the packages below keeps its one name there: Handoff is a
+// handoff.Config, and Drain reaches every field of each listener's
+// drain.Server.
 type Options struct {
-	// Handoff is the handoff socket (package handoff): a path in a directory
-	// nobody else can write, or "@name" in the abstract namespace. When set,
-	// a process started with the same Handoff inherits our listeners and we
-	// drain once it is ready; empty means no handoff.
-	Handoff string
-	// PIDFile, with Handoff, is replaced with the serving generation's pid
-	// (handoff.Config.PIDFile).
-	PIDFile string
-	// AllowUIDs widens who may take our listeners over (handoff.Config).
-	AllowUIDs []uint32
-	// Listen creates fresh sockets, and is what inherited and activated ones
-	// are checked against. With Handoff set and Listen.Migration left at its
-	// zero value, the tcp_migrate_req check is off: a handoff needs no
-	// migration (a reuseport pool that rolls by stopping members should set
-	// its own policy).
-	Listen reuseport.Config
-	// UpgradeSignals start a successor (Successor) when Handoff is set;
-	// default SIGHUP. Signals stop this generation; default SIGTERM and
-	// SIGINT.
+	// Handoff configures the handoff (package handoff): with Handoff.Path
+	// set (a path in a directory nobody else can write, or "@name" in the
+	// abstract namespace), a process started with the same Path inherits
+	// our listeners, and we drain once it is ready; an empty Path means no
+	// handoff. Handoff.Listen and Handoff.WarnOnMismatch configure every
+	// listener, with or without a handoff (they are the socket table's:
+	// package sockets); a nil Handoff.Logger is Logger. With Path set and
+	// Listen.Migration left at its zero value, the tcp_migrate_req check is
+	// off: a handoff needs no migration (a reuseport pool that rolls by
+	// stopping members should set its own policy). Handoff.TicketKeys: see
+	// Serve; set them for a server Serve does not run (Open, package
+	// grpcdrain) and install them yourself (ticket.Keys.Install).
+	Handoff handoff.Config
+	// Drain, if set, is called with each listener's drain.Server (and the
+	// listener's name, its address as given) before it serves, to set what
+	// Serve leaves at drain's defaults: CloseSpread, IdleGrace,
+	// NewConnGrace, HandOverGrace, Hijacked, OnReport, and Listener (the
+	// listener's stop: StepOut, Steerer, CloseTimeout). Serve sets HTTP,
+	// Logger and HandOver (connection handoff) first; Delay is set at the
+	// stop (Options.Delay, or 0 when a successor took over).
+	Drain func(name string, s *drain.Server)
+	// Signals stop this generation; default SIGTERM and SIGINT.
+	// UpgradeSignals start a successor (Successor) when Handoff.Path and
+	// Successor are set; default SIGHUP. NoSignals installs no signal
+	// handler at all: ctx stops the generation, and Generation.Upgrade
+	// starts a successor.
 	UpgradeSignals, Signals []os.Signal
-	// Successor returns the command that starts the next generation; default:
-	// this executable with our arguments, environment, stdout and stderr.
-	// It must not be started yet. Under systemd it is started as systemd's
-	// child (systemd.StartSuccessor), so that systemd waits for its drain at
-	// the next stop.
+	NoSignals               bool
+	// Successor returns the command that starts the next generation (not
+	// started yet): ReExec for this executable again, with our arguments,
+	// environment, stdout and stderr. Nil means no upgrade signal is
+	// installed: a binary that runs itself in other roles is never
+	// re-executed unasked. Under systemd it is started as systemd's child
+	// (systemd.StartSuccessor), so that systemd waits for its drain at the
+	// next stop.
 	Successor func() *exec.Cmd
 	// ReadyPath, if set, answers readiness on that path of every listener
 	// (drain.Server.Ready: 200 while serving, 503 once the stop began)
@@ -68,42 +81,19 @@ type Options struct {
 	// pool (only we may write it, as for Handoff's), so that a worker
 	// stopped by a signal or ctx passes its keep-alive connections to a
 	// sibling instead of closing them: each worker serves <Pool>/<pid>-<random>.sock
-	// (handoff.ListenConns) while it runs, and at its stop passes its plain
-	// HTTP/1.1 connections, each once it waits for its next request, to the
-	// newest other worker there that answers (in a roll, the replacement
-	// started before the stop). A stop because a successor took over
-	// passes them to the successor instead.
+	// (handoff.ListenConns, peers as Handoff.AllowUIDs allows) while it
+	// runs, and at its stop passes its plain HTTP/1.1 connections, each
+	// once it waits for its next request, to the newest other worker there
+	// that answers (in a roll, the replacement started before the stop). A
+	// stop because a successor took over passes them to the successor
+	// instead.
 	Pool string
-	// CloseSpread is every listener's drain.Server.CloseSpread: the
-	// keep-alive connections the drain does not hand over (TLS ones, and
-	// all with NoConnHandoff or without a successor) are told to close,
-	// and HTTP/2 ones to go away, spread over this window instead of all
-	// at once, so that their clients' reconnections (over TLS, each a full
-	// handshake) do not arrive in one burst. The drain lasts up to this
-	// much longer (see drain.Server.CloseSpread for its cost over HTTP/2).
-	// Zero (the default): all at once.
-	CloseSpread time.Duration
-	// TicketKeys are the TLS session-ticket keys handed to the successor
-	// with the listeners, and taken from the predecessor
-	// (handoff.Config.TicketKeys), so that a TLS client reconnecting after
-	// a restart resumes its session instead of a full handshake. Serve,
-	// for a srv with a TLSConfig and Handoff, makes them when nil and
-	// installs them into its TLSConfig (see Serve); set them for a server
-	// Serve does not run (Open, package grpc's Serve) and install them
-	// yourself (ticket.Keys.Install).
-	TicketKeys *ticket.Keys
-	// NoTicketHandoff keeps Serve from making and installing TicketKeys:
-	// for a TLSConfig whose tickets are managed elsewhere (keys a fleet
-	// shares, set with SetSessionTicketKeys).
+	// NoTicketHandoff keeps Serve from making and installing
+	// Handoff.TicketKeys: for a TLSConfig whose tickets are managed
+	// elsewhere (keys a fleet shares, set with SetSessionTicketKeys).
 	NoTicketHandoff bool
 	// Grace bounds the drain; default 30 s.
 	Grace time.Duration
-	// Hijacked is every listener's drain.Server.Hijacked: if set, it is
-	// called once for each hijacked connection (a WebSocket) still open
-	// when the listener has stopped, for example drain.GoingAway, so that
-	// its owner ends it before Grace runs out. It must not block. Hijacked
-	// connections are never passed to a successor.
-	Hijacked func(net.Conn)
 	// Logger receives what Serve does, and is given to handoff and drain; nil
 	// means no logging.
 	Logger *zap.Logger
@@ -113,11 +103,6 @@ type Options struct {
 	// OnServing, if set, is called once every listener is served and the
 	// predecessor (if any) and systemd (if it runs us) were told we are ready.
 	OnServing func(generation uint64, addrs []net.Addr)
-	// OnHandoff is handoff.Config.OnHandoff (for example
-	// stats.Hub.HandoffHook); OnReport is drain.Server.OnReport, called once
-	// per listener (for example stats.Hub.DrainHook).
-	OnHandoff func(handoff.Result, error)
-	OnReport  func(*drain.Report)
 }
 
 // Report says how a generation ended.
@@ -144,10 +129,10 @@ var ErrNoAddress = errors.New("zerodrop: no address to serve")
 // certificates of its TLSConfig: Certificates, GetCertificate or
 // GetConfigForClient), HTTP/2 offered by ALPN as net/http does. With
 // Handoff, its session-ticket keys go to the successor with the sockets
-// (Options.TicketKeys), so that clients resume their sessions across
+// (Options.Handoff.TicketKeys), so that clients resume their sessions across
 // restarts: Serve replaces srv.TLSConfig by a clone whose WrapSession and
 // UnwrapSession are the keys' (ticket.Keys.Install), unless
-// Options.NoTicketHandoff, Options.TicketKeys or either hook is set.
+// Options.NoTicketHandoff, Options.Handoff.TicketKeys or either hook is set.
 //
 // srv serves the first address; each further one is served by a copy of
 // srv's exported fields (its RegisterOnShutdown functions run for the first
@@ -175,52 +160,57 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 	}
 	g := &generationSet{Generation: gen}
 	defer g.close()
+	h := &httpService{g: g, srv: srv, opts: opts, log: log}
 	rep := &Report{Generation: g.Number()}
-	if opts.OnListen != nil {
-		opts.OnListen(rep.Generation, g.Addrs())
-	}
-	servers, served := g.serve(srv, opts, log)
-	shutdown := func(cause string, delay time.Duration) (*Report, error) {
-		rep.Cause = cause
-		if g.pool != nil {
-			g.pool.StopListening() // siblings stopping now pick another
-		}
-		if g.u != nil {
-			g.u.StopTakingConns() // none acked that ServeConn would close
-		}
-		g.Stopping(cause)
-		var err error
-		rep.Drains, err = drainAll(servers, served, delay, orDefaultDuration(opts.Grace, 30*time.Second))
-		return rep, err
-	}
-
-	if err := g.passConns(servers, opts, log); err != nil {
-		_, serr := shutdown("connection handoff failed", 0)
-		return rep, errors.Join(err, serr)
-	}
-	if err := g.Ready(fmt.Sprintf("generation %d serving %s", rep.Generation, strings.Join(addrs, " "))); err != nil {
-		_, serr := shutdown("ready failed", 0)
-		return rep, errors.Join(err, serr)
-	}
-	if opts.OnServing != nil {
-		opts.OnServing(rep.Generation, g.Addrs())
-	}
-	cause, delay, err := g.Wait(ctx, served.first)
-	if err != nil {
-		_, serr := shutdown(cause, 0)
-		return rep, errors.Join(fmt.Errorf("zerodrop: serve: %w", err), serr)
-	}
-	rep, err = shutdown(cause, delay)
-	g.Linger(ctx, cause)
+	rep.Cause, err = g.Run(ctx, h, fmt.Sprintf("generation %d serving %s", rep.Generation, strings.Join(addrs, " ")))
+	rep.Drains = h.drains
 	return rep, err
 }
 
-// serveTickets makes opts.TicketKeys for srv and installs them into a clone
+// httpService is Serve's Service: a drain.Server per listener, each
+// passing its idle connections to a successor or a sibling of the Pool.
+type httpService struct {
+	g       *generationSet
+	srv     *http.Server
+	opts    Options
+	log     *zap.Logger
+	servers []*drain.Server
+	served  *serveResult
+	drains  []*drain.Report
+}
+
+// Start serves every listener and has the servers that hand their
+// connections over serve those passed to them.
+func (h *httpService) Start(*Generation) (<-chan error, error) {
+	h.servers, h.served = h.g.serve(h.srv, h.opts, h.log)
+	if err := h.g.passConns(h.servers, h.opts, h.log); err != nil {
+		return nil, fmt.Errorf("connection handoff: %w", err)
+	}
+	return h.served.first, nil
+}
+
+// Stop drains every server at once.
+func (h *httpService) Stop(ctx context.Context, _ string, delay time.Duration) error {
+	if h.g.pool != nil {
+		h.g.pool.StopListening() // siblings stopping now pick another
+	}
+	if h.g.u != nil {
+		h.g.u.StopTakingConns() // none acked that ServeConn would close
+	}
+	for _, s := range h.servers {
+		<-s.Serving() // a Shutdown before Serve has its listener would not drain it
+	}
+	var err error
+	h.drains, err = drainAll(ctx, h.servers, h.served, delay)
+	return err
+}
+
+// serveTickets makes opts.Handoff.TicketKeys for srv and installs them into a clone
 // of its TLSConfig, when Serve does (see Serve), and returns what closes
 // them once Serve is done.
 func serveTickets(srv *http.Server, opts *Options) (func(), error) {
 	c := srv.TLSConfig
-	if c == nil || opts.Handoff == "" || opts.NoTicketHandoff || opts.TicketKeys != nil || c.WrapSession != nil || c.UnwrapSession != nil {
+	if c == nil || opts.Handoff.Path == "" || opts.NoTicketHandoff || opts.Handoff.TicketKeys != nil || c.WrapSession != nil || c.UnwrapSession != nil {
 		return func() {}, nil
 	}
 	keys, err := ticket.New()
@@ -232,7 +222,7 @@ func serveTickets(srv *http.Server, opts *Options) (func(), error) {
 		keys.Close()
 		return nil, err
 	}
-	srv.TLSConfig, opts.TicketKeys = c, keys
+	srv.TLSConfig, opts.Handoff.TicketKeys = c, keys
 	return func() { keys.Close() }, nil
 }
 
@@ -288,7 +278,7 @@ func (g *generationSet) passConns(servers []*drain.Server, opts Options, log *za
 	if opts.Pool == "" || len(handlers) == 0 {
 		return nil
 	}
-	p, err := handoff.JoinPool(opts.Pool, handoff.ConnsConfig{AllowUIDs: opts.AllowUIDs, Logger: log, Addrs: addrs}, handlers)
+	p, err := handoff.JoinPool(opts.Pool, handoff.ConnsConfig{AllowUIDs: opts.Handoff.AllowUIDs, Logger: log, Addrs: addrs}, handlers)
 	if err != nil {
 		return err
 	}
@@ -329,9 +319,12 @@ func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) (
 	}
 	for i, l := range g.lns {
 		h := hs[i]
-		servers[i] = &drain.Server{HTTP: h, Logger: log, OnReport: opts.OnReport, Hijacked: opts.Hijacked, CloseSpread: opts.CloseSpread}
+		servers[i] = &drain.Server{HTTP: h, Logger: log}
 		if (g.u != nil || opts.Pool != "") && !opts.NoConnHandoff && h.TLSConfig == nil {
 			servers[i].HandOver = g.handOver(g.names[i])
+		}
+		if opts.Drain != nil {
+			opts.Drain(g.names[i], servers[i])
 		}
 		if opts.ReadyPath != "" {
 			h.Handler = readiness(opts.ReadyPath, servers[i].Ready(), h.Handler)
@@ -366,11 +359,9 @@ func readiness(path string, ready, next http.Handler) http.Handler {
 	})
 }
 
-// drainAll shuts every server down at once, bounded by grace, and waits for
-// their Serve calls to return.
-func drainAll(servers []*drain.Server, served *serveResult, delay, grace time.Duration) ([]*drain.Report, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), delay+grace)
-	defer cancel()
+// drainAll shuts every server down at once, each server's delay first,
+// bounded by ctx, and waits for their Serve calls to return.
+func drainAll(ctx context.Context, servers []*drain.Server, served *serveResult, delay time.Duration) ([]*drain.Report, error) {
 	reps := make([]*drain.Report, len(servers))
 	errs := make([]error, len(servers))
 	var wg sync.WaitGroup

@@ -39,7 +39,7 @@ import (
 // ZD_CLOSE_SPREAD).
 //
 // ZD_UID=<uid> makes it that user (and group) first, ZD_NODUMP=1 not
-// dumpable (as a setcap binary is); ZD_PIDFILE is Options.PIDFile, and with
+// dumpable (as a setcap binary is); ZD_PIDFILE is Options.Handoff.PIDFile, and with
 // ZD_BREAK_PIDFILE=1 a successor removes the PID file's directory before
 // its Ready (which then fails, its predecessor still serving).
 // ZD_TERM_PRED=listen makes a successor send SIGTERM to its predecessor (its
@@ -65,13 +65,13 @@ func generationMain() {
 	}
 	spread, _ := time.ParseDuration(os.Getenv("ZD_CLOSE_SPREAD"))
 	rep, err := zerodrop.Serve(context.Background(), srv, []string{os.Getenv("ZD_ADDR")}, zerodrop.Options{
-		CloseSpread:   spread,
-		Handoff:       os.Getenv("ZD_SOCK"),
+		Drain:         func(_ string, s *drain.Server) { s.CloseSpread = spread },
+		Handoff:       handoff.Config{Path: os.Getenv("ZD_SOCK"), PIDFile: os.Getenv("ZD_PIDFILE")},
+		Successor:     zerodrop.ReExec,
 		ReadyPath:     "/ready",
 		Grace:         10 * time.Second,
 		NoConnHandoff: os.Getenv("ZD_NO_CONN_HANDOFF") != "",
 		Pool:          os.Getenv("ZD_POOL"),
-		PIDFile:       os.Getenv("ZD_PIDFILE"),
 		OnListen: func(gen uint64, _ []net.Addr) {
 			if gen > 1 && os.Getenv("ZD_BREAK_PIDFILE") != "" {
 				os.RemoveAll(filepath.Dir(os.Getenv("ZD_PIDFILE")))
@@ -216,7 +216,7 @@ func serveUpgrade(t *testing.T, ts *tlsSetup) {
 		env := []string{"ZERODROP_TEST_HELPER=generation", "ZD_SOCK=" + sock, "ZD_ADDR=" + addr}
 		url, tr := "http://"+addr+"/", &http.Transport{DisableKeepAlives: true}
 		if ts != nil {
-			// Options.CloseSpread reaches the drain (the report says it).
+			// Options.Drain reaches the drain (the report says it).
 			env = append(env, "ZD_CERT="+ts.cert.CertFile, "ZD_KEY="+ts.cert.KeyFile, "ZD_CLOSE_SPREAD=200ms")
 			url, tr = "https://"+addr+"/", ts.tr
 		}
@@ -414,14 +414,14 @@ func TestServeBadInput(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ip *handoff.InsecurePathError
-		if _, err := zerodrop.Serve(ctx, srv, []string{"127.0.0.1:0"}, zerodrop.Options{Handoff: filepath.Join(dir, "h.sock")}); !errors.As(err, &ip) {
+		if _, err := zerodrop.Serve(ctx, srv, []string{"127.0.0.1:0"}, zerodrop.Options{Handoff: handoff.Config{Path: filepath.Join(dir, "h.sock")}}); !errors.As(err, &ip) {
 			t.Errorf("handoff socket in a world-writable directory: %v, want *handoff.InsecurePathError", err)
 		}
 	})
 }
 
-// TestServeHijacked: Options.Hijacked is every listener's
-// drain.Server.Hijacked. A connection hijacked on each of two addresses is
+// TestServeHijacked: Options.Drain reaches every listener's
+// drain.Server, here its Hijacked. A connection hijacked on each of two addresses is
 // given to it once the stop begins (here it writes a line and closes), and
 // each drain's report counts one; without it nobody tells the connections
 // anything and the reports count none.
@@ -451,10 +451,12 @@ func serveHijacked(t *testing.T, set bool) {
 	served := make(chan []net.Addr, 1)
 	opts := zerodrop.Options{Grace: 5 * time.Second, OnServing: func(_ uint64, addrs []net.Addr) { served <- addrs }}
 	if set {
-		opts.Hijacked = func(c net.Conn) {
-			notified.Add(1)
-			io.WriteString(c, "going away\n")
-			c.Close()
+		opts.Drain = func(_ string, s *drain.Server) {
+			s.Hijacked = func(c net.Conn) {
+				notified.Add(1)
+				io.WriteString(c, "going away\n")
+				c.Close()
+			}
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -103,18 +104,29 @@ func TestServeSystemdTLS(t *testing.T) {
 		}
 		netnstest.WaitFewerFDs(t, fds, ino, held) // the drain closed the listener: it stopped
 		time.Sleep(20 * time.Millisecond)         // the clients are late, on purpose
+		// All at once, each 20 ms late: one after the other, under load, the
+		// last ones came seconds after the stop, past the drain's NewConnGrace.
 		byPID := map[int]int{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
 		for i, c := range conns {
-			body, err := netnstest.LateGet(c, cert.Client("http/1.1"))
-			if err == nil {
-				var pid int
-				if pid, err = strconv.Atoi(strings.TrimSpace(body)); err == nil {
-					byPID[pid]++
-					continue
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				body, err := netnstest.LateGet(c, cert.Client("http/1.1"))
+				if err == nil {
+					var pid int
+					if pid, err = strconv.Atoi(strings.TrimSpace(body)); err == nil {
+						mu.Lock()
+						byPID[pid]++
+						mu.Unlock()
+						return
+					}
 				}
-			}
-			t.Errorf("trapped client %d: %v", i, err)
+				t.Errorf("trapped client %d: %v", i, err)
+			}()
 		}
+		wg.Wait()
 		rep2 := checkReport(t, s.Expect(t, "report 2 "), "terminated", drain.MethodRelease)
 		if ws := s.Reap(t, pid2, 30*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
 			t.Errorf("generation 2 exited with %v", ws)

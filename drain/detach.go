@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/zerodrop/zerodrop/internal/neterr"
 )
 
 // Taking an idle HTTP/1.1 connection away from net/http.
@@ -141,7 +143,7 @@ func (c *detachConn) Write(p []byte) (int, error) {
 	d := c.detaching
 	c.mu.Unlock()
 	if d {
-		return 0, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: errDetached}
+		return 0, neterr.OpConn("write", "tcp", c, errDetached)
 	}
 	return c.TCPConn.Write(p)
 }
@@ -236,7 +238,7 @@ func (c *detachConn) finishDetach(ctx context.Context) (*net.TCPConn, []byte, er
 // fail closes the socket of a take that could not finish.
 func (c *detachConn) fail(err error) error {
 	c.TCPConn.Close()
-	return &net.OpError{Op: "detach", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	return neterr.OpConn("detach", "tcp", c, err)
 }
 
 var (
@@ -272,7 +274,7 @@ func (l *connListener) Accept() (net.Conn, error) {
 	case c := <-l.conns:
 		return c, nil
 	case <-l.done:
-		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.addr, Err: net.ErrClosed}
+		return nil, neterr.Op("accept", "tcp", l.addr, net.ErrClosed)
 	}
 }
 

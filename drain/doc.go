@@ -307,7 +307,7 @@
 // does not wait for it. GoingAway is a ready-made Hijacked callback that
 // sends the close frame 1001 "going away" and gives the connection a
 // deadline (examples/websocket shows it with gorilla/websocket, through a
-// handoff: zerodrop.Options.Hijacked).
+// handoff: zerodrop.Options.Drain).
 //
 // The drain runs once. Shutdown may be called from several goroutines: the
 // others wait for it, each bounded by its own ctx, and every caller gets a

@@ -2,74 +2,123 @@ package drain_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
+	"strings"
 	"time"
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/reuseport"
-	"go.uber.org/zap"
 )
 
-// A worker in a reuseport group that drains on SIGTERM without losing a
-// connection or a request. The signal wiring belongs to the program, not to
-// the library. (Compile-only: it listens on a real port and waits for a signal.)
+// A worker in a reuseport group that drains without losing a connection or
+// a request: a request in flight when Shutdown begins is answered, /ready
+// says 503 from then on (what a load balancer polls during Delay), and Serve
+// returns http.ErrServerClosed. A program drains on its own signal, for
+// example after <-ctx.Done() of signal.NotifyContext(ctx, syscall.SIGTERM):
+// the signal wiring belongs to the program, not to the library. With a
+// Logger (zap.NewExample() here would print it), the report is logged once.
 func ExampleServer() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	cfg := reuseport.Config{Migration: reuseport.MigrationWarn}
-	l, err := cfg.Listen(ctx, "tcp", "127.0.0.1:8080")
+	l, err := reuseport.Listen(context.Background(), "tcp", "127.0.0.1:0") // IPPROTO_TCP: drain refuses MPTCP
 	if err != nil {
 		log.Fatal(err)
 	}
+	started, release := make(chan struct{}), make(chan struct{})
 	mux := http.NewServeMux()
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-release // still in flight when the drain begins
+		fmt.Fprintln(w, "done")
+	})
 	srv := &drain.Server{
-		HTTP:   &http.Server{Handler: mux},
-		Delay:  5 * time.Second, // let the load balancer see /ready fail
-		Logger: zap.NewExample(),
+		HTTP:  &http.Server{Handler: mux},
+		Delay: time.Second, // let the load balancer see /ready fail (seconds, in production)
 	}
 	mux.Handle("/ready", srv.Ready())
-	go func() {
-		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-			log.Print(err)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+	get := func(path string) (string, error) {
+		res, err := client.Get("http://" + l.Addr().String() + path)
+		if err != nil {
+			return "", err
 		}
-	}()
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rep, err := srv.Shutdown(sctx) // the report is also logged once
-	if err != nil {
-		log.Print(err)
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		return fmt.Sprintf("%s %d %q", path, res.StatusCode, body), err
 	}
-	json.NewEncoder(os.Stdout).Encode(rep)
+	slow := make(chan string, 1)
+	go func() {
+		s, err := get("/slow")
+		if err != nil {
+			s = err.Error()
+		}
+		slow <- s
+	}()
+	<-started
+
+	type result struct {
+		rep *drain.Report
+		err error
+	}
+	shut := make(chan result, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		rep, err := srv.Shutdown(sctx)
+		shut <- result{rep, err}
+	}()
+	// The load balancer's view: 503 once the drain began, within Delay.
+	for deadline := time.Now().Add(srv.Delay); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if s, err := get("/ready"); err != nil || !strings.HasPrefix(s, "/ready 200") {
+			fmt.Println(s, err)
+			break
+		}
+	}
+	close(release)
+	fmt.Println(<-slow)
+	r := <-shut
+	fmt.Println("shutdown:", r.err, "lost:", r.rep.Remainder, "forced:", len(r.rep.HTTP.Forced))
+	fmt.Println("serve:", <-served)
+	// Output:
+	// /ready 503 "draining\n" <nil>
+	// /slow 200 "done\n"
+	// shutdown: <nil> lost: 0 forced: 0
+	// serve: http: Server closed
 }
 
 // Wrap alone, under a plain http.Server: its Close, which Shutdown calls,
-// stops the listener without losing the queue. (Compile-only.) With siblings
-// and migration on, the queue moves to them; otherwise the connections the
-// drain accepts reach Serve after Shutdown began, where net/http drops their
-// requests (golang/go#65802): use drain.Server for those.
+// stops the listener without losing the queue. With siblings and migration
+// on, the queue moves to them; otherwise the connections the drain accepts
+// reach Serve after Shutdown began, where net/http drops their requests
+// (golang/go#65802): use drain.Server for those. Alone in its group, the
+// listener is stopped by accepting its queue.
 func ExampleWrap() {
-	l, err := reuseport.Listen(context.Background(), "tcp", "127.0.0.1:8080")
+	l, err := reuseport.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
 	}
-	dl, err := drain.Wrap(l, drain.Options{Logger: zap.NewExample()})
+	dl, err := drain.Wrap(l, drain.Options{}) // Logger: zap.NewExample() logs the report
 	if err != nil {
 		log.Fatal(err)
 	}
 	hs := &http.Server{Handler: http.NotFoundHandler()}
-	go hs.Serve(dl)
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(dl) }()
 	// ... later, on the program's signal:
-	hs.Shutdown(context.Background())
-	log.Printf("%+v", dl.Report())
+	if err := hs.Shutdown(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("serve:", <-served)
+	rep := dl.Report()
+	fmt.Println("method:", rep.Method, "siblings:", rep.Siblings, "lost:", rep.Remainder)
+	// Output:
+	// serve: http: Server closed
+	// method: accept siblings: 0 lost: 0
 }
 
 // The connections queued when a listener stops are not lost: the stop
@@ -114,7 +163,9 @@ func ExampleListener_Close() {
 // tcp_migrate_req left at 0: worker i (of at least as many workers as
 // online CPUs, each successor taking its predecessor's i) prefers CPU i
 // modulo the CPUs, and its stop steps out of the group's pick first
-// (Linux 6.1+). (Compile-only.)
+// (Linux 6.1+). Compile-only: the method it prints depends on the kernel,
+// the machine's CPUs and the other workers of the group, which a single
+// test process does not have.
 func ExampleOptions_stepOut() {
 	worker := 0 // this worker's slot in the pool, from its supervisor
 	cpus, err := reuseport.OnlineCPUs()

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/zerodrop/zerodrop/internal/neterr"
 )
 
 // Handing connections over to a successor instead of closing them.
@@ -36,11 +38,11 @@ type Detached struct {
 // again at Shutdown, like those Serve accepts.
 func (s *Server) ServeConn(c *net.TCPConn, unread []byte) error {
 	if c == nil {
-		return &net.OpError{Op: "serve", Net: "tcp", Err: errors.New("nil connection")}
+		return neterr.Op("serve", "tcp", nil, errors.New("nil connection"))
 	}
 	if s.HTTP == nil {
 		c.Close()
-		return &net.OpError{Op: "serve", Net: "tcp", Addr: c.LocalAddr(), Err: ErrNoHTTPServer}
+		return neterr.Op("serve", "tcp", c.LocalAddr(), ErrNoHTTPServer)
 	}
 	s.install()
 	s.mu.Lock()

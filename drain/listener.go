@@ -95,7 +95,7 @@ var (
 // nil) gives an error wrapping ErrNilListener.
 func Wrap(l net.Listener, opts Options) (*Listener, error) {
 	if nilListener(l) {
-		return nil, &net.OpError{Op: "wrap", Net: "tcp", Err: ErrNilListener}
+		return nil, neterr.Op("wrap", "tcp", nil, ErrNilListener)
 	}
 	var tl *net.TCPListener
 	var sock *reuseport.Socket // what reuseport read of it
@@ -188,7 +188,7 @@ func (l *Listener) acceptStopped(err error) (net.Conn, error) {
 			if c := l.pop(); c != nil {
 				return c, nil
 			}
-			return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.tl.Addr(), Err: net.ErrClosed}
+			return nil, neterr.Op("accept", "tcp", l.tl.Addr(), net.ErrClosed)
 		case <-l.wake:
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/internal/runonce"
 	"go.uber.org/zap"
 )
@@ -116,7 +117,9 @@ type Server struct {
 	draining atomic.Bool
 	mu       sync.Mutex
 	l        *Listener
-	served   chan struct{}         // closed when HTTP.Serve has returned
+	served   chan struct{} // closed when HTTP.Serve has returned
+	taken    chan struct{} // closed when Serve has its listener or refused it (see Serving)
+	takeOnce sync.Once
 	shut     runonce.Call[*Report] // the one drain: callers get copies of its report
 
 	// ServeConn's (handover.go), under mu.
@@ -195,6 +198,33 @@ func (s *Server) Ready() http.Handler {
 	})
 }
 
+// Serving returns a channel closed once Serve or ServeTLS has its listener
+// (a Shutdown from then on drains it and reports it) or has refused it. A
+// Shutdown that begins before finds no listener to drain: its report has no
+// Method, and the listener a later Serve gets is closed the way
+// Listener.Close closes it. A caller that runs Serve in a goroutine and may
+// shut down at once waits for Serving first.
+func (s *Server) Serving() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.taken == nil {
+		s.taken = make(chan struct{})
+	}
+	return s.taken
+}
+
+// tookListener closes the channel Serving returns, once.
+func (s *Server) tookListener() {
+	s.takeOnce.Do(func() {
+		s.mu.Lock()
+		if s.taken == nil {
+			s.taken = make(chan struct{})
+		}
+		close(s.taken)
+		s.mu.Unlock()
+	})
+}
+
 // Serve serves HTTP on l, wrapped by Wrap unless it is a *Listener already; it
 // takes ownership of l. Like http.Server.Serve it returns
 // http.ErrServerClosed after Shutdown, and it serves plain HTTP whatever
@@ -214,11 +244,12 @@ func (s *Server) httpServe(l net.Listener) error {
 
 // serve wraps l and runs serveFn on it: http.Server's Serve or ServeTLS.
 func (s *Server) serve(l net.Listener, serveFn func(net.Listener) error) error {
+	defer s.tookListener() // on every early return; after s.l is set below
 	if nilListener(l) {
-		return &net.OpError{Op: "serve", Net: "tcp", Err: ErrNilListener}
+		return neterr.Op("serve", "tcp", nil, ErrNilListener)
 	}
 	if s.HTTP == nil {
-		e := &net.OpError{Op: "serve", Net: "tcp", Addr: l.Addr(), Err: ErrNoHTTPServer}
+		e := neterr.Op("serve", "tcp", l.Addr(), ErrNoHTTPServer)
 		l.Close()
 		return e
 	}
@@ -240,11 +271,12 @@ func (s *Server) serve(l net.Listener, serveFn func(net.Listener) error) error {
 		if s.draining.Load() {
 			return http.ErrServerClosed
 		}
-		return &net.OpError{Op: "serve", Net: "tcp", Addr: dl.Addr(), Err: errors.New("drain.Server serves one listener")}
+		return neterr.Op("serve", "tcp", dl.Addr(), errors.New("drain.Server serves one listener"))
 	}
 	s.l = dl
 	s.served = make(chan struct{})
 	s.mu.Unlock()
+	s.tookListener()
 	err := serveFn(dl)
 	dl.Close() // http.Server.ServeTLS returns before serving when its certificate fails
 	close(s.served)
@@ -285,11 +317,11 @@ func (s *Server) install() {
 // gets a nil report and an error wrapping its ctx.Err() (the drain goes on).
 func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 	if s.HTTP == nil {
-		return nil, &net.OpError{Op: "shutdown", Net: "tcp", Err: ErrNoHTTPServer}
+		return nil, neterr.Op("shutdown", "tcp", nil, ErrNoHTTPServer)
 	}
 	rep, err, ok := s.shut.Do(ctx, func() (*Report, error) { return s.shutdown(ctx) })
 	if !ok {
-		return nil, &net.OpError{Op: "shutdown", Net: "tcp", Addr: s.addr(), Err: fmt.Errorf("waiting for the Shutdown in progress: %w", err)}
+		return nil, neterr.Op("shutdown", "tcp", s.addr(), fmt.Errorf("waiting for the Shutdown in progress: %w", err))
 	}
 	return rep.clone(), err
 }

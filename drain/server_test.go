@@ -403,3 +403,53 @@ func TestIdleConnGetsWindow(t *testing.T) {
 		p.wait()
 	})
 }
+
+// TestShutdownRightAfterServe: a Serve started in a goroutine and shut down
+// at once, as zerodrop.Serve does when its Ready fails. Waiting for Serving
+// makes the drain take the listener: it reports its method, and a
+// connection queued before is served. zerodrop.Serve shut down without
+// waiting; when the Serve goroutine had not taken the listener yet, the
+// report had no method (TestServeUnreadySuccessor failed so in CI) and
+// Listener.Close drained the socket with no Accept left to take its queue.
+func TestShutdownRightAfterServe(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		l := listenTCP(t, "127.0.0.1:0")
+		c := dial(t, l.Addr().String()) // queued before Serve
+		c.Write(request("/"))
+		ds := &drain.Server{HTTP: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })}}
+		served := make(chan error, 1)
+		go func() { served <- ds.Serve(l) }()
+		select {
+		case <-ds.Serving():
+		case <-time.After(30 * time.Second):
+			t.Fatal("Serving not closed")
+		}
+		rep, err := ds.Shutdown(context.Background())
+		if err != nil || rep.Method == "" {
+			t.Fatalf("shutdown: %v, method %q", err, rep.Method)
+		}
+		if resp, _, err := readResponse(c, 10*time.Second); err != nil || resp.StatusCode != 200 {
+			t.Errorf("queued request: %v %v", resp, err)
+		}
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+		select {
+		case <-ds.Serving(): // stays closed
+		default:
+			t.Error("Serving reopened")
+		}
+	})
+}
+
+// TestServingClosedOnRefusal: a Serve that refuses its listener closes
+// Serving too, so that nobody waits for it forever.
+func TestServingClosedOnRefusal(t *testing.T) {
+	ds := &drain.Server{}
+	go ds.Serve(nil)
+	select {
+	case <-ds.Serving():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serving not closed after a refused Serve")
+	}
+}

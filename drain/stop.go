@@ -138,15 +138,20 @@ func (l *Listener) run(ctx context.Context) (*Report, error) {
 // choose picks the method. shutdown() (MethodMigrate, MethodAccept) stops the
 // socket in every process that holds it, so it is chosen only when nothing
 // says another process holds it and the holder scan proves none does. A
-// socket received from a predecessor is shared until a scan that read every
-// process shows the predecessor no longer holds it: the predecessor (or a
-// process it passed the socket to) may be any process, so one the scan cannot
-// read, whatever its age or place in the tree, leaves it shared. A socket
-// handed to a successor, or held by systemd, is shared for good.
+// socket received from a predecessor, or from systemd, is shared until a
+// scan that read every process shows that no other process holds it: the
+// predecessor (or a process it passed the socket to) may be any process,
+// and so may the process that activated us (systemd's PID 1 keeps its
+// sockets; an activator that executed us, as systemd-socket-activate does,
+// keeps none, and a release would then reset the queue at our close), so
+// one the scan cannot read, whatever its age or place in the tree, leaves
+// it shared. A socket handed to a successor, or shared by Options.Shared,
+// is shared for good.
 func choose(r *Report, sc scan) (Method, string) {
-	gone := r.Shared == shared.Predecessor && sc.blind == "" && len(r.OtherHolders) == 0
+	claimed := r.Shared == shared.Predecessor || r.Shared == shared.Systemd
+	gone := claimed && sc.blind == "" && len(r.OtherHolders) == 0
 	switch {
-	case r.Shared == shared.Predecessor && !gone && len(r.OtherHolders) == 0:
+	case claimed && !gone && len(r.OtherHolders) == 0:
 		return MethodRelease, "the socket is shared: " + r.Shared + " (accepted what was queued, then released: " + sc.blind + ")"
 	case r.Shared != "" && !gone:
 		return MethodRelease, "the socket is shared: " + r.Shared
@@ -160,7 +165,7 @@ func choose(r *Report, sc scan) (Method, string) {
 		m, why = MethodMigrate, fmt.Sprintf("%d siblings and net.ipv4.tcp_migrate_req=1", r.Siblings)
 	}
 	if gone {
-		why += "; the predecessor it came from no longer holds it"
+		why += "; no other process holds it (" + r.Shared + ", and the holder scan read every process)"
 	}
 	return m, why
 }
@@ -185,7 +190,7 @@ func (sc scan) careful(r *Report) string {
 		return ""
 	case r.Shared == "":
 		return sc.unsure
-	case r.Shared == shared.Predecessor:
+	case r.Shared == shared.Predecessor, r.Shared == shared.Systemd:
 		return sc.blind
 	}
 	return ""

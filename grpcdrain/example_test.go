@@ -9,6 +9,7 @@ import (
 
 	"github.com/zerodrop/zerodrop"
 	grpcdrain "github.com/zerodrop/zerodrop/grpcdrain"
+	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -61,9 +62,10 @@ func ExampleServe() {
 	s := grpcdrain.New(grpcdrain.Config{})
 	// Register your services on s.GRPC() here.
 	rep, err := grpcdrain.Serve(context.Background(), s, []string{"127.0.0.1:50051"}, zerodrop.Options{
-		Handoff: "/run/myservice/handoff.sock",
-		Delay:   5 * time.Second, // health answers NOT_SERVING meanwhile (not after a handoff)
-		Logger:  zap.NewExample(),
+		Handoff:   handoff.Config{Path: "/run/myservice/handoff.sock"},
+		Successor: zerodrop.ReExec, // SIGHUP starts this executable again
+		Delay:     5 * time.Second, // health answers NOT_SERVING meanwhile (not after a handoff)
+		Logger:    zap.NewExample(),
 	})
 	if err != nil {
 		log.Print(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zerodrop/zerodrop"
 	grpcdrain "github.com/zerodrop/zerodrop/grpcdrain"
+	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -33,7 +34,8 @@ func generationMain() {
 	s.GRPC().RegisterService(&echoDesc, struct{}{})
 	s.Health().SetServingStatus(svcName, healthpb.HealthCheckResponse_SERVING)
 	rep, err := grpcdrain.Serve(context.Background(), s, []string{os.Getenv("ZD_ADDR")}, zerodrop.Options{
-		Handoff:   os.Getenv("ZD_SOCK"),
+		Handoff:   handoff.Config{Path: os.Getenv("ZD_SOCK")},
+		Successor: zerodrop.ReExec,
 		Grace:     10 * time.Second,
 		OnServing: func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },
 	})

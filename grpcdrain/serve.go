@@ -22,7 +22,7 @@ const CauseSuccessor = zerodrop.CauseSuccessor
 
 // Serve runs s as one generation of a service on the TCP addresses given,
 // as zerodrop.Serve runs an http.Server: it takes each listener from the
-// predecessor on opts.Handoff, else from systemd socket activation, else
+// predecessor on opts.Handoff.Path, else from systemd socket activation, else
 // creates a fresh reuseport socket; serves them all through s; tells the
 // predecessor and systemd it is ready; then waits. An upgrade signal
 // (default SIGHUP) starts a successor. It stops when the successor is
@@ -32,10 +32,11 @@ const CauseSuccessor = zerodrop.CauseSuccessor
 // report.
 //
 // opts is zerodrop.Options; ReadyPath does not apply (the health service
-// is the readiness: see Server.Health) and must be empty; OnReport is
-// called once per listener. opts.Delay replaces s's Config.Delay for the
-// stops that have one. Serve installs signal handlers for its duration,
-// as zerodrop.Serve does.
+// is the readiness: see Server.Health) and must be empty, and so must the
+// HTTP ones (Drain, NoConnHandoff, Pool): s's Config.OnReport gets the
+// report. opts.Delay replaces s's Config.Delay for the stops that have one.
+// Serve installs signal handlers for its duration, as zerodrop.Serve does
+// (see Options.NoSignals).
 func Serve(ctx context.Context, s *Server, addrs []string, opts zerodrop.Options) (*ServeReport, error) {
 	switch {
 	case s == nil:
@@ -44,60 +45,60 @@ func Serve(ctx context.Context, s *Server, addrs []string, opts zerodrop.Options
 		return nil, zerodrop.ErrNoAddress
 	case opts.ReadyPath != "":
 		return nil, errors.New("grpcdrain: Options.ReadyPath does not apply to gRPC (the health service answers)")
+	case opts.Drain != nil, opts.NoConnHandoff, opts.Pool != "":
+		return nil, errors.New("grpcdrain: Options.Drain, NoConnHandoff and Pool are for HTTP servers (a gRPC connection cannot be handed over)")
 	}
 	g, err := zerodrop.Open(ctx, addrs, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer g.Close()
+	gs := &service{s: s}
 	rep := &ServeReport{Generation: g.Number()}
-	if opts.OnListen != nil {
-		opts.OnListen(rep.Generation, g.Addrs())
-	}
-	lns := g.Listeners()
-	served := make(chan error, len(lns))
-	for _, l := range lns {
-		go func() { served <- s.Serve(l) }()
-	}
-	shutdown := func(cause string, delay time.Duration) (*ServeReport, error) {
-		rep.Cause = cause
-		g.Stopping(cause)
-		s.cfg.Delay = delay
-		grace := opts.Grace
-		if grace <= 0 {
-			grace = 30 * time.Second
-		}
-		dctx, cancel := context.WithTimeout(context.Background(), delay+grace)
-		defer cancel()
-		var err error
-		rep.Drain, err = s.Shutdown(dctx)
-		if rep.Drain != nil && opts.OnReport != nil {
-			for _, l := range rep.Drain.Listeners {
-				opts.OnReport(l)
-			}
-		}
-		for range lns {
-			if serr := <-served; serr != nil {
-				err = errors.Join(err, serr)
-			}
-		}
-		return rep, err
-	}
-
-	if err := g.Ready(fmt.Sprintf("generation %d serving gRPC on %s", rep.Generation, strings.Join(addrs, " "))); err != nil {
-		_, serr := shutdown("ready failed", 0)
-		return rep, errors.Join(err, serr)
-	}
-	if opts.OnServing != nil {
-		opts.OnServing(rep.Generation, g.Addrs())
-	}
-	cause, delay, err := g.Wait(ctx, served)
-	if cause == "serve failed" {
-		served <- nil // shutdown collects one result per listener
-		_, serr := shutdown(cause, 0)
-		return rep, errors.Join(fmt.Errorf("grpcdrain: serve: %w", err), serr)
-	}
-	rep, err = shutdown(cause, delay)
-	g.Linger(ctx, cause)
+	rep.Cause, err = g.Run(ctx, gs, fmt.Sprintf("generation %d serving gRPC on %s", rep.Generation, strings.Join(addrs, " ")))
+	rep.Drain = gs.drain
 	return rep, err
+}
+
+// service is Serve's zerodrop.Service: s on every listener of the
+// generation.
+type service struct {
+	s      *Server
+	n      int // listeners served
+	served chan error
+	drain  *Report
+}
+
+// Start registers every listener before any Stop can begin (a Ready that
+// fails at once drains them), and serves them in the background.
+func (gs *service) Start(g *zerodrop.Generation) (<-chan error, error) {
+	lns := g.Listeners()
+	gs.n, gs.served = len(lns), make(chan error, len(lns)+1)
+	for _, l := range lns {
+		tl, err := gs.s.take(l)
+		if err != nil {
+			gs.served <- err
+			continue
+		}
+		go func() { gs.served <- gs.s.serveTaken(tl) }()
+	}
+	return gs.served, nil
+}
+
+// Stop drains s (its Config.Delay is the stop's) and collects every
+// listener's Serve result.
+func (gs *service) Stop(ctx context.Context, cause string, delay time.Duration) error {
+	gs.s.cfg.Delay = delay
+	var err error
+	gs.drain, err = gs.s.Shutdown(ctx)
+	n := gs.n
+	if cause == "serve failed" {
+		n-- // Wait took that listener's result
+	}
+	for range n {
+		if serr := <-gs.served; serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}
+	return err
 }

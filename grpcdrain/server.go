@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/internal/runonce"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -80,6 +81,16 @@ func (s *Server) Health() *health.Server { return s.health }
 // stopped l, grpc.ErrServerStopped when called after Shutdown began, and
 // the error of drain.Wrap (l closed) or of Accept otherwise.
 func (s *Server) Serve(l net.Listener) error {
+	tl, err := s.take(l)
+	if err != nil {
+		return err
+	}
+	return s.serveTaken(tl)
+}
+
+// take wraps l and registers it, so that a Shutdown from then on drains it;
+// after Shutdown began it closes l and returns grpc.ErrServerStopped.
+func (s *Server) take(l net.Listener) (*trackedListener, error) {
 	dl, ok := l.(*drain.Listener)
 	if !ok {
 		opts := s.cfg.Listener
@@ -89,19 +100,23 @@ func (s *Server) Serve(l net.Listener) error {
 			if l != nil && !errors.Is(err, drain.ErrNilListener) {
 				l.Close()
 			}
-			return err
+			return nil, err
 		}
 	}
 	tl := &trackedListener{Listener: dl, t: s.t}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.draining.Load() {
-		s.mu.Unlock()
 		dl.Close()
-		return grpc.ErrServerStopped
+		return nil, grpc.ErrServerStopped
 	}
 	s.lns = append(s.lns, tl)
 	s.serving.Add(1)
-	s.mu.Unlock()
+	return tl, nil
+}
+
+// serveTaken serves gRPC on a listener take registered.
+func (s *Server) serveTaken(tl *trackedListener) error {
 	defer s.serving.Done()
 	err := s.gs.Serve(tl)
 	if s.draining.Load() && (err == nil || errors.Is(err, net.ErrClosed)) {
@@ -111,7 +126,7 @@ func (s *Server) Serve(l net.Listener) error {
 		return err
 	}
 	if err != nil {
-		return &net.OpError{Op: "serve", Net: "tcp", Addr: dl.Addr(), Err: err}
+		return neterr.Op("serve", "tcp", tl.Addr(), err)
 	}
 	return nil
 }
@@ -132,7 +147,7 @@ func (s *Server) Shutdown(ctx context.Context) (*Report, error) {
 	s.mu.Unlock()
 	rep, err, ok := s.shut.Do(ctx, func() (*Report, error) { return s.shutdown(ctx) })
 	if !ok {
-		return nil, &net.OpError{Op: "shutdown", Net: "tcp", Err: fmt.Errorf("waiting for the Shutdown in progress: %w", err)}
+		return nil, neterr.Op("shutdown", "tcp", nil, fmt.Errorf("waiting for the Shutdown in progress: %w", err))
 	}
 	return rep.clone(), err
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"go.uber.org/zap"
@@ -330,7 +331,7 @@ func TestBadBytesFromPredecessor(t *testing.T) {
 
 func mustDup(t *testing.T, c syscall.Conn) int {
 	t.Helper()
-	fd, err := dupConn(c)
+	fd, err := linux.DupConn(c)
 	if err != nil {
 		t.Fatal(err)
 	}

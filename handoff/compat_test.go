@@ -195,7 +195,7 @@ func TestOldSuccessor(t *testing.T) {
 		path := handoffPath(t)
 		u := mustReady(t, Config{Path: path}, 1)
 		defer u.Close()
-		want := u.reg.offer()[0].sock.Digest
+		want := u.Table().Offer()[0].Read().Digest
 		c := fakeSuccessorOffer(t, path, false)
 		c.Close()
 		if c.offer.OptionSets != nil || c.offer.Sockets[0].Digest != want.LegacyString() {

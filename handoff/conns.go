@@ -176,11 +176,8 @@ func (u *Upgrader) HandleConns(name string, h func(PassedConn)) error {
 // connection passed for a name must have been accepted on it.
 func (u *Upgrader) listenerAddrs() map[string]string {
 	addrs := map[string]string{}
-	for _, s := range u.reg.offer() {
-		addrs[s.info.Name] = s.info.Address
-		if s.sock != nil {
-			addrs[s.info.Name] = s.sock.Address()
-		}
+	for _, s := range u.table.Offer() {
+		addrs[s.Name()] = s.Address()
 	}
 	return addrs
 }
@@ -442,7 +439,7 @@ func (s *ConnSender) passBatch(ctx context.Context, batch []PassedConn) error {
 	fds := make([]int, 0, len(batch))
 	defer func() { closeFDs(fds) }()
 	for i, pc := range batch {
-		fd, err := dupConn(pc.Conn)
+		fd, err := linux.DupConn(pc.Conn)
 		if err != nil {
 			return fmt.Errorf("%w: connection %s: %w", ErrNotTaken, pc.Conn.RemoteAddr(), err)
 		}

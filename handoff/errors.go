@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/zerodrop/zerodrop/sockets"
 )
 
 // Sentinel errors; the typed errors below match them with errors.Is.
@@ -31,9 +33,10 @@ var (
 	ErrFDCount = errors.New("fd count does not match the offer")
 	// ErrValidation: a received fd is not what the offer declared.
 	ErrValidation = errors.New("received socket failed validation")
-	// ErrBadPath: the handoff socket path cannot be used: empty, too long for
-	// a unix socket address, or naming something other than a socket.
-	ErrBadPath = errors.New("bad handoff socket path")
+	// ErrBadPath: the handoff socket path (or a unix listener's) cannot be
+	// used: empty, too long for a unix socket address, or naming something
+	// other than a socket. It is sockets.ErrBadPath.
+	ErrBadPath = sockets.ErrBadPath
 	// ErrNoAnswer: a predecessor holds the handoff socket (the connect
 	// succeeded) but did not answer within Config.Timeout, e.g. its serve
 	// loop is wedged. New does not start fresh beside it: that would be a
@@ -42,8 +45,9 @@ var (
 	// ErrPathInUse: a live process answers on the socket path (ListenConns
 	// does not take the path of a live ConnListener).
 	ErrPathInUse = errors.New("socket path in use by a live listener")
-	// ErrClosed: the Upgrader was closed.
-	ErrClosed = errors.New("upgrader closed")
+	// ErrClosed: the Upgrader (and its socket table) was closed. It is
+	// sockets.ErrClosed.
+	ErrClosed = sockets.ErrClosed
 	// ErrReadyIncomplete: Ready told the predecessor to stop, then a later
 	// step failed (the predecessor's done, the handoff socket for a
 	// successor, the PID file). The predecessor stops, or has stopped: this
@@ -130,18 +134,9 @@ func (e *InsecurePathError) Error() string {
 // Is reports whether target is ErrInsecurePath.
 func (e *InsecurePathError) Is(target error) bool { return target == ErrInsecurePath }
 
-// PathError explains why a handoff socket path (or PID file path) cannot be
-// used. It matches ErrBadPath.
-type PathError struct {
-	Path string
-	Why  string
-}
-
-// Error describes the failure.
-func (e *PathError) Error() string { return fmt.Sprintf("%v %q: %s", ErrBadPath, e.Path, e.Why) }
-
-// Is reports whether target is ErrBadPath.
-func (e *PathError) Is(target error) bool { return target == ErrBadPath }
+// PathError explains why a handoff socket path (or PID file path, or a unix
+// listener's path) cannot be used. It matches ErrBadPath.
+type PathError = sockets.PathError
 
 // ValidationError is a received fd that is not what the offer declared.
 type ValidationError struct {

@@ -16,6 +16,9 @@ import (
 // A server that upgrades without closing its listening socket. Run the new
 // binary (for example from a deploy script, through Upgrade) while this one
 // serves: it inherits the listener, and this one drains and exits.
+// Compile-only: it waits for a successor, another process, and its paths
+// under /run are root's (Example_generations runs the mechanism in one
+// process).
 func Example() {
 	ctx := context.Background()
 	u, err := handoff.New(ctx, handoff.Config{Path: "/run/app/handoff.sock", PIDFile: "/run/app/app.pid"})
@@ -44,6 +47,8 @@ func Example() {
 }
 
 // A deploy step that returns only when the new generation serves.
+// Compile-only: it needs a server on the socket and a new binary to start,
+// other processes.
 func ExampleUpgrade() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

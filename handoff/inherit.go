@@ -14,11 +14,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/internal/linux"
-	"github.com/zerodrop/zerodrop/internal/shared"
 	"github.com/zerodrop/zerodrop/internal/sockdiag"
-	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/sockets"
 	"go.uber.org/zap"
 )
 
@@ -28,57 +26,33 @@ var (
 	errPipe  = syscall.EPIPE
 )
 
-// inherited is what New obtained for this process from its predecessor (or
-// systemd): the generation, the protocol version agreed, the sockets
-// received and validated, the conversation with the predecessor and its
-// handoff socket (both until Ready), systemd's activation, and why a handoff
-// fell back. It is built once, by New's handshake, and does not change
-// afterwards but for what take and release hand out, under its lock.
+// inherited is what New obtained for this process from its predecessor:
+// the generation, the protocol version agreed, the sockets received and
+// validated (until New gives them to the socket table), the conversation
+// with the predecessor and its handoff socket (both until Ready), and why a
+// handoff fell back. It is built once, by New's handshake, and does not
+// change afterwards but for what release hands out, under its lock.
 type inherited struct {
 	gen     uint64 // ours: the predecessor's + 1, or 1
 	version int    // agreed with the predecessor; 0 without one
 	fback   error  // see FallbackReason
-	act     *systemd.Activation
+	socks   []*sockets.Socket
 
-	mu    sync.Mutex
-	socks map[string]*socket // by name, not yet taken; nil once released
-	pred  *conn              // to the predecessor, until released
-	hln   *net.UnixListener  // the predecessor's handoff socket, until released
+	mu   sync.Mutex
+	pred *conn             // to the predecessor, until released
+	hln  *net.UnixListener // the predecessor's handoff socket, until released
 }
 
-// declared returns the declaration of the inherited socket name, if it is
-// there to take.
-func (in *inherited) declared(name string) (socketInfo, bool) {
+// release hands the conversation with the predecessor and its handoff
+// socket to the caller (Ready or Close), once; later calls return nil.
+func (in *inherited) release() (pred *conn, hln *net.UnixListener) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	s, ok := in.socks[name]
-	if !ok {
-		return socketInfo{}, false
-	}
-	return s.info, true
+	pred, hln = in.pred, in.hln
+	in.pred, in.hln = nil, nil
+	return pred, hln
 }
 
-// take hands the inherited socket name over to the caller, once.
-func (in *inherited) take(name string) (*socket, bool) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	s, ok := in.socks[name]
-	delete(in.socks, name)
-	return s, ok
-}
-
-// release hands over, once, what the caller (Ready or Close) must finish:
-// the sockets nobody took, the conversation with the predecessor and its
-// handoff socket; later calls return nothing, and nothing is left to take.
-func (in *inherited) release() (rest map[string]*socket, pred *conn, hln *net.UnixListener) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	rest, pred, hln = in.socks, in.pred, in.hln
-	in.socks, in.pred, in.hln = nil, nil, nil
-	return rest, pred, hln
-}
-
-// handshake is New's side of the protocol: it inherits from whoever serves
 // Config.Path, filling in the inherited set.
 type handshake struct {
 	cfg *Config
@@ -311,15 +285,8 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	h.in.version = f.Version
 	h.in.gen = f.Generation + 1
 	h.log.Info("connected to predecessor", zap.String("event", "handoff.connected"), zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid), zap.Uint64("generation", h.in.gen))
-	since := senderStart(f.PID)
-	socks, err := h.receive(c)
-	if len(socks) > 0 { // also when the predecessor died mid-transfer: they are live sockets
-		h.in.socks = make(map[string]*socket, len(socks))
-		for _, s := range socks {
-			h.in.socks[s.info.Name] = s
-			shared.MarkReceived(s.fd, since) // a failure leaves drain to its holder scan
-		}
-	}
+	socks, err := h.receive(c, senderStart(f.PID))
+	h.in.socks = socks // also when the predecessor died mid-transfer: they are live sockets
 	if err != nil {
 		return err
 	}
@@ -332,7 +299,7 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	if err != nil {
 		if !predecessorGone(err) { // else they are live: keep them, as receive does
 			for _, s := range socks {
-				s.close()
+				s.Close()
 			}
 			h.in.socks = nil
 		}
@@ -351,8 +318,13 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 // predecessor died during the transfer: then the sockets received and
 // validated so far are returned with the error. They are live kernel sockets
 // (the predecessor's clients queue on them), so closing them would refuse
-// those clients.
-func (h *handshake) receive(c *conn) (_ []*socket, err error) {
+// receive reads the offer and its fd batches, and validates each socket as
+// it arrives (on GOMAXPROCS workers, beside the reads): the socket table's
+// Socket of each, marked as received from a predecessor that started at
+// start, its listener prepared. If the predecessor dies mid-transfer, the
+// sockets received and valid so far are returned with the error: they are
+// live sockets nobody else holds.
+func (h *handshake) receive(c *conn, start uint64) (_ []*sockets.Socket, err error) {
 	f, _, err := c.recv(0)
 	if err != nil {
 		return nil, err
@@ -365,7 +337,8 @@ func (h *handshake) receive(c *conn) (_ []*socket, err error) {
 		return nil, &FrameError{Type: typeOffer, Err: ErrProtocol, Detail: "offers ticket keys, which we did not ask for"}
 	}
 	h.tickets = f.Tickets
-	socks := make([]*socket, len(offer))
+	fds := make([]int, len(offer))
+	socks := make([]*sockets.Socket, len(offer))
 	errs := make([]error, len(offer))
 	var failed atomic.Bool
 	queue := make(chan int, len(offer))
@@ -375,33 +348,37 @@ func (h *handshake) receive(c *conn) (_ []*socket, err error) {
 		go func() {
 			defer wg.Done()
 			for i := range queue {
-				s := socks[i]
-				if s.sock, errs[i] = validate(s.fd, &s.info, sets); errs[i] == nil {
-					s.pre, errs[i] = prebuild(s)
+				d := &offer[i]
+				so, err := validate(fds[i], d, sets)
+				if err == nil {
+					s := sockets.NewInherited(d.Name, sockets.Kind(d.Kind), d.Network, d.Address, fds[i], so, start)
+					// Listen compares the socket with what our Config
+					// would create: Prepare checks now, off the caller's
+					// path. A mismatch is Listen's to report.
+					if err = s.Prepare(&h.cfg.Listen); err == nil {
+						socks[i] = s
+					}
 				}
-				if errs[i] == nil && s.info.Kind != kindUnix {
-					// Listen compares the socket with what our Config would
-					// create: check now, off the caller's path, for the
-					// declared network. A failure is Listen's to report.
-					s.checked, s.checkErr = s.info.Network, h.cfg.Listen.Check(s.info.Network, s.sock)
-				}
-				if errs[i] != nil {
+				if err != nil {
+					errs[i] = err
 					failed.Store(true)
 				}
 			}
 		}()
 	}
 	n := 0 // sockets received
-	defer func() {
-		if err != nil {
-			for _, s := range socks[:n] {
-				s.close()
+	closeFrom := func(from int) {
+		for i := from; i < n; i++ {
+			if socks[i] != nil {
+				socks[i].Close()
+			} else {
+				closeFDs(fds[i : i+1])
 			}
 		}
-	}()
+	}
 	err = receiveBatches(c, offer, func(got []int) {
 		for _, fd := range got {
-			socks[n] = &socket{info: offer[n], fd: fd}
+			fds[n] = fd
 			queue <- n
 			n++
 		}
@@ -409,27 +386,30 @@ func (h *handshake) receive(c *conn) (_ []*socket, err error) {
 	close(queue)
 	wg.Wait()
 	if err != nil && predecessorGone(err) {
-		var kept []*socket
-		for i, s := range socks[:n] {
+		var kept []*sockets.Socket
+		for i := range n {
 			if errs[i] == nil {
-				kept = append(kept, s)
-			} else {
-				s.close()
+				kept = append(kept, socks[i])
+			} else if socks[i] == nil {
+				closeFDs(fds[i : i+1])
 			}
 		}
-		n = 0 // the deferred close must not close what we keep
 		return kept, err
 	}
-	if err != nil {
-		return nil, err
-	}
-	for _, err := range errs[:n] {
-		if err != nil {
-			return nil, err
+	if err == nil {
+		for _, e := range errs[:n] {
+			if e != nil {
+				err = e
+				break
+			}
 		}
 	}
+	if err != nil {
+		closeFrom(0)
+		return nil, err
+	}
 	for _, s := range socks {
-		h.log.Debug("validated", zap.String("event", "handoff.validated"), zap.String("name", s.info.Name), zap.String("kind", s.info.Kind), zap.String("address", s.info.Address))
+		h.log.Debug("validated", zap.String("event", "handoff.validated"), zap.String("name", s.Name()), zap.String("kind", string(s.Kind())), zap.String("address", s.Address()))
 	}
 	return socks, nil
 }
@@ -462,56 +442,6 @@ func receiveBatches(c *conn, offer []socketInfo, take func([]int), stop func() b
 	return nil
 }
 
-// prebuild wraps a dup of a validated socket as the listener or packet conn
-// that Listen will return.
-func prebuild(s *socket) (*obtained, error) {
-	fd, err := linux.DupCloexec(s.fd)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), s.info.Name)
-	defer f.Close()
-	return wrapFile(f, s.info.Kind, s.sock)
-}
-
-// wrapFile makes the caller's listener or packet conn of a socket of kind
-// from a file (a dup: f stays the caller's): a *reuseport.Listener or
-// *reuseport.PacketConn for inet sockets, whatever their origin, with so
-// (what reuseport read of the socket, or nil to read it); a
-// *net.UnixListener that never unlinks its path for unix ones.
-func wrapFile(f *os.File, kind string, so *reuseport.Socket) (*obtained, error) {
-	out := &obtained{}
-	if kind == kindUDP {
-		pc, err := net.FilePacketConn(f)
-		if err != nil {
-			return nil, err
-		}
-		if out.pc, err = reuseport.NewPacketConn(pc.(*net.UDPConn), so); err != nil {
-			pc.Close()
-			return nil, err
-		}
-		return out, nil
-	}
-	ln, err := net.FileListener(f)
-	if err != nil {
-		return nil, err
-	}
-	switch l := ln.(type) {
-	case *net.UnixListener:
-		l.SetUnlinkOnClose(false)
-		out.ln = l
-	case *net.TCPListener:
-		if out.ln, err = reuseport.NewListener(l, so); err != nil {
-			l.Close()
-			return nil, err
-		}
-	default:
-		ln.Close()
-		return nil, fmt.Errorf("%T for a %s socket", ln, kind)
-	}
-	return out, nil
-}
-
 // receiveSelf reads the predecessor's handoff listening socket, checks it
 // (a listening unix stream socket bound to our Path, or for a file path to a
 // name in its directory) and returns it as the listener Ready will serve; it
@@ -528,19 +458,37 @@ func (h *handshake) receiveSelf(c *conn) (*net.UnixListener, error) {
 		closeFDs(fds)
 		return nil, err
 	}
-	s := &socket{info: f.Sockets[0], fd: fds[0]}
 	defer closeFDs(fds)
-	if err := checkHandoffName(h.cfg.Path, &s.info); err != nil {
+	info := &f.Sockets[0]
+	if err := checkHandoffName(h.cfg.Path, info); err != nil {
 		return nil, err
 	}
-	if _, err := validate(s.fd, &s.info, nil); err != nil {
+	if _, err := validate(fds[0], info, nil); err != nil {
 		return nil, err
 	}
-	o, err := prebuild(s)
+	return unixListener(fds[0])
+}
+
+// unixListener returns a listener on a dup of fd, a listening unix stream
+// socket, that never unlinks its path.
+func unixListener(fd int) (*net.UnixListener, error) {
+	dup, err := linux.DupCloexec(fd)
 	if err != nil {
 		return nil, err
 	}
-	return o.ln.(*net.UnixListener), nil
+	f := os.NewFile(uintptr(dup), "handoff")
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, err
+	}
+	ul, ok := ln.(*net.UnixListener)
+	if !ok {
+		ln.Close()
+		return nil, fmt.Errorf("%T for the handoff socket", ln)
+	}
+	ul.SetUnlinkOnClose(false)
+	return ul, nil
 }
 
 // receiveTickets reads the tickets frame and imports its keys (a sealed

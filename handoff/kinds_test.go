@@ -115,8 +115,8 @@ func TestThousandListeners(t *testing.T) {
 		old := mustReady(t, Config{Path: path}, n)
 		defer old.Close()
 		addrs := make([]string, n)
-		for i, s := range old.reg.offer() {
-			addrs[i], _ = linux.Sockname(s.fd)
+		for i, s := range old.Table().Offer() {
+			addrs[i], _ = linux.Sockname(s.FD())
 		}
 		lns := make([]net.Listener, n)
 		handover(t, old, Config{Path: path}, func(u *Upgrader) {

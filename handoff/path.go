@@ -13,11 +13,18 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
+	"github.com/zerodrop/zerodrop/internal/neterr"
 	"golang.org/x/sys/unix"
 )
 
 // abstract reports whether path names the abstract namespace ("@name").
 func abstract(path string) bool { return len(path) > 0 && path[0] == '@' }
+
+// pathError wraps err once in the *net.OpError of op on the unix socket
+// path.
+func pathError(op, path string, err error) error {
+	return neterr.Op(op, "unix", &net.UnixAddr{Name: path, Net: "unix"}, err)
+}
 
 // maxSunPath is the longest path a unix socket address holds: sun_path is
 // 108 bytes, and a file path needs its terminating NUL (an abstract name,
@@ -28,7 +35,8 @@ const maxSunPath = 107
 // than in Ready: empty, too long for sun_path (for a file path, the
 // temporary name Ready binds first too), or naming something that is not a
 // socket (a regular file, a directory, a symlink: Ready would replace it, and
-// connecting to it proves nothing about a predecessor).
+// connecting to it proves nothing about a predecessor). Its errors are not
+// wrapped in a *net.OpError: each caller wraps them once, in its own op.
 func checkPath(path string) error {
 	bad := func(why string) error { return &PathError{Path: path, Why: why} }
 	switch {
@@ -50,7 +58,7 @@ func checkPath(path string) error {
 	case errors.Is(err, unix.ENOENT):
 		return nil
 	case err != nil:
-		return &net.OpError{Op: "check", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: os.NewSyscallError("lstat", err)}
+		return os.NewSyscallError("lstat", err)
 	case st.Mode&unix.S_IFMT != unix.S_IFSOCK:
 		return bad("exists and is a " + linux.FileType(st.Mode) + ", not a socket")
 	}
@@ -70,7 +78,7 @@ func checkDir(path string) error {
 	}
 	dir, err := filepath.Abs(filepath.Dir(path))
 	if err != nil {
-		return &net.OpError{Op: "check", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: err}
+		return pathError("check", path, err)
 	}
 	dirs := []string{dir}
 	if real, err := filepath.EvalSymlinks(dir); err == nil && real != dir {
@@ -95,7 +103,7 @@ func checkDir(path string) error {
 func checkOneDir(path, dir string, parent bool) error {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
-		return &net.OpError{Op: "check", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: os.NewSyscallError("stat "+dir, err)}
+		return pathError("check", path, os.NewSyscallError("stat "+dir, err))
 	}
 	e := &InsecurePathError{Path: path, Dir: dir, Mode: os.FileMode(st.Mode & 0o7777), UID: st.Uid}
 	sticky := st.Mode&unix.S_ISVTX != 0

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"golang.org/x/sys/unix"
@@ -174,12 +175,12 @@ func rawPredecessor(path, script string) error {
 		return os.NewSyscallError("pipe2", err)
 	}
 	defer closeFDs(pipe[:])
-	tcpFD, err := dupConn(tcp)
+	tcpFD, err := linux.DupConn(tcp)
 	if err != nil {
 		return err
 	}
 	defer closeFDs([]int{tcpFD})
-	udpFD, err := dupConn(udp)
+	udpFD, err := linux.DupConn(udp)
 	if err != nil {
 		return err
 	}

@@ -30,12 +30,9 @@ func (u *Upgrader) Ready() error {
 		return u.opError(fmt.Errorf("ready: %w", ErrClosed))
 	}
 	u.ready = true
-	inh, pred, hln := u.inh.release()
+	pred, hln := u.inh.release()
 	u.mu.Unlock()
-	for name, s := range inh {
-		u.log.Warn("inherited socket not claimed by Listen; closing it", zap.String("event", "handoff.unclaimed"), zap.String("name", name), zap.String("address", s.info.Address))
-		s.close()
-	}
+	u.table.CloseUnclaimed()
 	// The PID file is written before the predecessor hears anything, so
 	// that a failure leaves it serving; it is renamed into place at the end.
 	var pidTmp string
@@ -207,7 +204,7 @@ func (u *Upgrader) serve(s *server, pidTmp string, told bool) error {
 // registry's snapshot as its offer, and successorReady.
 func (u *Upgrader) serverConfig() serverConfig {
 	return serverConfig{path: u.cfg.Path, gen: u.inh.gen, timeout: u.cfg.Timeout, readyTimeout: u.cfg.ReadyTimeout, allowUIDs: u.cfg.AllowUIDs,
-		onHandoff: u.cfg.OnHandoff, log: u.log, offer: u.reg.offer, onReady: u.successorReady, tickets: u.cfg.TicketKeys}
+		onHandoff: u.cfg.OnHandoff, log: u.log, offer: u.table.Offer, onReady: u.successorReady, tickets: u.cfg.TicketKeys}
 }
 
 // successorReady is told by our server that a successor is ready: its

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/shared"
+	"github.com/zerodrop/zerodrop/sockets"
 	"github.com/zerodrop/zerodrop/ticket"
 	"go.uber.org/zap"
 )
@@ -37,7 +38,7 @@ type serverConfig struct {
 	tickets      *ticket.Keys        // Config.TicketKeys, or nil
 	log          *zap.Logger
 	// offer returns the sockets to hand over: a snapshot, in order.
-	offer func() []*socket
+	offer func() []*sockets.Socket
 	// onReady is called once a successor said ready and was sent done,
 	// before the server logs that it is over: with the conversation,
 	// which is the callee's from then on, and the listeners whose
@@ -379,7 +380,7 @@ func (s *server) transfer(c *conn, h, hello *frame, log *zap.Logger, res *Result
 		batch := socks[first:min(first+BatchFDs, len(socks))]
 		fds := make([]int, len(batch))
 		for i, so := range batch {
-			fds[i] = so.fd
+			fds[i] = so.FD()
 		}
 		if err := c.send(&frame{Type: typeFDs, First: first, Count: len(fds)}, fds); err != nil {
 			return err
@@ -417,17 +418,17 @@ func (s *server) transfer(c *conn, h, hello *frame, log *zap.Logger, res *Result
 // inet socket's digest names its set of option values in OptionSets, which
 // the successor compares on the options both versions know; without, the
 // digest is the version 1 hash, which an older successor compares.
-func offerFrame(socks []*socket, values bool) *frame {
+func offerFrame(socks []*sockets.Socket, values bool) *frame {
 	f := &frame{Type: typeOffer, Sockets: make([]socketInfo, len(socks))}
 	if values {
 		f.OptionSets = map[string]map[string]string{}
 	}
 	for i, so := range socks {
-		f.Sockets[i] = so.info
-		if so.info.Kind == kindUnix {
+		f.Sockets[i] = socketInfo{Name: so.Name(), Kind: string(so.Kind()), Network: so.Network(), Address: so.Address()}
+		if so.Kind() == sockets.Unix {
 			continue
 		}
-		d := so.sock.Digest
+		d := so.Read().Digest
 		if !values {
 			f.Sockets[i].Digest = d.LegacyString()
 			continue
@@ -508,12 +509,12 @@ func (s *server) awaitReady(c *conn, log *zap.Logger, start time.Time) error {
 // share marks socks as handed to a successor (package shared), which makes
 // their drain a release, or takes the marks back after a failed handoff. A
 // mark that fails (fstat of our own fd) leaves drain to its holder scan.
-func share(socks []*socket, on bool) {
+func share(socks []*sockets.Socket, on bool) {
 	for _, so := range socks {
 		if on {
-			shared.Mark(so.fd, shared.Successor)
+			shared.Mark(so.FD(), shared.Successor)
 		} else {
-			shared.Unmark(so.fd, shared.Successor)
+			shared.Unmark(so.FD(), shared.Successor)
 		}
 	}
 }

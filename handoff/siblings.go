@@ -93,7 +93,7 @@ func ListenConns(path string, cfg ConnsConfig, handlers map[string]func(PassedCo
 	cfg.defaults()
 	l := &ConnListener{cfg: cfg, path: path, handlers: map[string]func(PassedConn){}, addrs: map[string]string{}, conns: map[*conn]bool{}}
 	opErr := func(err error) error {
-		return &net.OpError{Op: "listen conns", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: err}
+		return pathError("listen conns", path, err)
 	}
 	for name, h := range handlers {
 		switch {
@@ -253,7 +253,7 @@ func (l *ConnListener) greet(c *conn) error {
 func DialConns(ctx context.Context, path string, cfg ConnsConfig) (*ConnSender, error) {
 	cfg.defaults()
 	opErr := func(err error) error {
-		return &net.OpError{Op: "dial conns", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: err}
+		return pathError("dial conns", path, err)
 	}
 	if err := checkPath(path); err != nil {
 		return nil, opErr(err)

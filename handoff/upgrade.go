@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"time"
 )
@@ -56,7 +55,7 @@ func Observe(ctx context.Context, path string) (st Status, ok bool, err error) {
 		err = expect(f, typeHello)
 	}
 	if err != nil {
-		return st, true, &net.OpError{Op: "observe", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: err}
+		return st, true, pathError("observe", path, err)
 	}
 	return Status{Generation: f.Generation, PID: f.PID, Failures: f.Failures, LastError: f.LastError}, true, nil
 }

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/internal/neterr"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/sockets"
 	"github.com/zerodrop/zerodrop/ticket"
 	"go.uber.org/zap"
 )
@@ -61,11 +61,11 @@ type Config struct {
 // Upgrader gives a process its listening sockets, from its predecessor or
 // fresh, and hands them to its successor. Safe for concurrent use.
 type Upgrader struct {
-	cfg  Config
-	log  *zap.Logger
-	inh  *inherited // what New obtained (inherit.go)
-	reg  registry   // our sockets, what we offer (registry.go)
-	pass passing    // connections, in both roles (conns.go)
+	cfg   Config
+	log   *zap.Logger
+	inh   *inherited     // what New obtained (inherit.go)
+	table *sockets.Table // our sockets, what we offer
+	pass  passing        // connections, in both roles (conns.go)
 
 	mu     sync.Mutex // ready, closed, srv; Ready and Close release inh under it
 	ready  bool
@@ -74,28 +74,6 @@ type Upgrader struct {
 
 	exit    chan struct{}
 	exitOne sync.Once
-}
-
-// socket is one socket we own a reference to: the fd (close-on-exec) and how
-// it was declared.
-type socket struct {
-	info socketInfo
-	fd   int
-	sock *reuseport.Socket // what the kernel says of it, read once
-	// checked is the network the validation workers ran the option check
-	// for, and checkErr its result, so that Listen need not run it again.
-	checked  string
-	checkErr error
-	// pre is the caller's listener or packet conn for an inherited socket,
-	// built (on its own dup) while the batch was validated, so that Listen
-	// costs no syscall; nil for our own sockets.
-	pre *obtained
-}
-
-// close closes our reference and, if unclaimed, the prebuilt listener.
-func (s *socket) close() {
-	closeFDs([]int{s.fd})
-	closeObtained(s.pre)
 }
 
 // New connects to the predecessor serving cfg.Path, if one does, checks its
@@ -150,19 +128,26 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 	if err != nil {
 		return nil, u.opError(err)
 	}
-	if !fresh {
-		return u, nil
-	}
-	if u.inh.fback != nil {
+	if fresh && u.inh.fback != nil {
 		u.log.Warn("predecessor lost during handoff; keeping the sockets received, the rest will be fresh", zap.String("event", "handoff.fallback"),
 			zap.Error(u.inh.fback), zap.Int("kept", len(u.inh.socks)), zap.Uint64("generation", u.inh.gen))
 	}
-	if u.inh.act, err = systemd.Activated(); err != nil {
+	// systemd's sockets only when no predecessor handed us any: a
+	// predecessor's are the service's live ones.
+	u.table, err = sockets.New(sockets.Config{Listen: cfg.Listen, WarnOnMismatch: cfg.WarnOnMismatch, Systemd: fresh, Logger: u.log}, u.inh.socks)
+	u.inh.socks = nil
+	if err != nil { // only systemd's: no predecessor to hang up on
 		return nil, u.opError(err)
 	}
-	u.log.Info("no predecessor", zap.String("event", "handoff.fresh"), zap.Uint64("generation", u.inh.gen), zap.Bool("systemd", u.inh.act != nil))
+	if fresh {
+		u.log.Info("no predecessor", zap.String("event", "handoff.fresh"), zap.Uint64("generation", u.inh.gen), zap.Bool("systemd", u.table.Activated()))
+	}
 	return u, nil
 }
+
+// Table is the Upgrader's socket table: what Listen and ListenPacket
+// return, and what a successor is offered.
+func (u *Upgrader) Table() *sockets.Table { return u.table }
 
 // predecessorGone reports errors that mean the predecessor died or hung up.
 func predecessorGone(err error) bool {
@@ -226,8 +211,8 @@ func (u *Upgrader) Close() error {
 		return nil
 	}
 	u.closed = true
-	srv, socks := u.srv, u.reg.close()
-	inh, pred, hln := u.inh.release()
+	srv := u.srv
+	pred, hln := u.inh.release()
 	u.mu.Unlock()
 	u.pass.close()
 	if hln != nil {
@@ -242,18 +227,5 @@ func (u *Upgrader) Close() error {
 		// started right after Close is not told ErrHandoffInProgress.
 		pred.hangUp(u.cfg.Timeout)
 	}
-	closeSockets(socks)
-	for _, s := range inh {
-		s.close()
-	}
-	if u.inh.act != nil {
-		u.inh.act.Close()
-	}
-	return nil
-}
-
-func closeSockets(ss []*socket) {
-	for _, s := range ss {
-		closeFDs([]int{s.fd})
-	}
+	return u.table.Close()
 }

@@ -1,12 +1,11 @@
 package handoff
 
 import (
-	"net"
-	"net/netip"
 	"os"
 	"strconv"
 
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/sockets"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,7 +54,7 @@ func validateKind(fd int, s *socketInfo) (*reuseport.Socket, error) {
 	if want := s.Kind != kindTCPConn; s.Kind != kindUDP && so.Listening != want {
 		return nil, bad("SO_ACCEPTCONN", strconv.Itoa(boolInt(want)), strconv.Itoa(boolInt(so.Listening)), nil)
 	}
-	if got := so.Address(); !sameAddr(s.Address, got) {
+	if got := so.Address(); !sockets.SameAddr(s.Address, got) {
 		return nil, bad("getsockname", s.Address, got, nil)
 	}
 	return so, nil
@@ -108,46 +107,6 @@ func protoOK(kind string, proto int) bool {
 		return proto == unix.IPPROTO_UDP
 	}
 	return proto == 0
-}
-
-// sameAddr compares two literal addresses; a port 0 in want matches any port.
-func sameAddr(want, got string) bool {
-	if want == got {
-		return true
-	}
-	w, err1 := netip.ParseAddrPort(want)
-	g, err2 := netip.ParseAddrPort(got)
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return w.Addr().Unmap() == g.Addr().Unmap() && (w.Port() == 0 || w.Port() == g.Port())
-}
-
-// wantAddr resolves what Listen was asked for into a literal "ip:port" to
-// compare with an inherited socket; an empty host is the wildcard.
-func wantAddr(network, address string) (string, bool) {
-	if network == "unix" {
-		return address, true
-	}
-	host, port, err := net.SplitHostPort(address)
-	if err != nil {
-		return "", false
-	}
-	if host == "" {
-		host = "::"
-		if network[len(network)-1] == '4' {
-			host = "0.0.0.0"
-		}
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return "", false
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return "", false
-	}
-	return netip.AddrPortFrom(ip, uint16(p)).String(), true
 }
 
 // sockType is the socket type of a kind.

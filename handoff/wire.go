@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/zerodrop/zerodrop/sockets"
 )
 
 // Protocol constants. See doc.go for the wire format.
@@ -59,11 +61,11 @@ const (
 	rolePredecessor = "predecessor"
 )
 
-// Socket kinds.
+// Socket kinds: the socket table's (package sockets), and connections.
 const (
-	kindTCP  = "tcp-listener"
-	kindUDP  = "udp"
-	kindUnix = "unix-listener"
+	kindTCP  = string(sockets.TCP)
+	kindUDP  = string(sockets.UDP)
+	kindUnix = string(sockets.Unix)
 	// kindTCPConn is a connected TCP socket (version 2): a connection
 	// passed to the successor, declared in a conns frame.
 	kindTCPConn = "tcp-conn"

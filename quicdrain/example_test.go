@@ -15,6 +15,8 @@ import (
 // An HTTP/3 server that a deploy restarts by starting the same binary: the
 // new process inherits the UDP socket, the old one hands over, tells its
 // clients to go away, and exits once they left (at most 30 s).
+// Compile-only: it needs a certificate, directories under /run (root's) and
+// a successor process.
 func ExampleServeHTTP3() {
 	ctx := context.Background()
 	u, err := handoff.New(ctx, handoff.Config{Path: "/run/app/handoff.sock"})

@@ -31,7 +31,8 @@ func ExampleListen() {
 }
 
 // A Config with the Require policy refuses to listen while a closing member
-// would reset its queue.
+// would reset its queue. Compile-only: whether it listens depends on the
+// machine's net.ipv4.tcp_migrate_req, which only root can set.
 func ExampleConfig_Listen() {
 	cfg := reuseport.Config{
 		Migration: reuseport.MigrationRequire,

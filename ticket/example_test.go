@@ -14,7 +14,8 @@ import (
 // A service that wires handoff and drain by hand: its keys come from the
 // predecessor (New imports them) and go to the successor, and its TLS
 // config issues and accepts tickets with them. zerodrop.Serve does all of
-// this for a server with a TLSConfig.
+// this for a server with a TLSConfig. Compile-only: it needs a certificate,
+// a handoff directory under /run (root's) and a successor process.
 func Example() {
 	ctx := context.Background()
 	keys, err := ticket.New()

@@ -238,6 +238,7 @@ func serveDrained(ds *drain.Server, gen int, ln net.Listener, ready func() error
 			return rep, fmt.Errorf("serve: %w", err)
 		}
 	}
+	<-ds.Serving() // a Shutdown before Serve has the listener would not drain it
 	sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
 	r, err := ds.Shutdown(sctx)

@@ -34,6 +34,7 @@ import (
 
 	"github.com/zerodrop/zerodrop"
 	grpcdrain "github.com/zerodrop/zerodrop/grpcdrain"
+	"github.com/zerodrop/zerodrop/handoff"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -65,8 +66,7 @@ func run(addr, socket string, grace time.Duration) error {
 	s.GRPC().RegisterService(generationService(&gen), struct{}{})
 	s.Health().SetServingStatus("zerodrop.example.Generation", healthpb.HealthCheckResponse_SERVING)
 	rep, err := grpcdrain.Serve(context.Background(), s, []string{addr}, zerodrop.Options{
-		Handoff:   socket,
-		PIDFile:   filepath.Join(dir, "grpc.pid"),
+		Handoff:   handoff.Config{Path: socket, PIDFile: filepath.Join(dir, "grpc.pid")},
 		Grace:     grace,
 		Successor: successor,
 		OnListen:  func(g uint64, _ []net.Addr) { gen.Store(g) },

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop"
+	"github.com/zerodrop/zerodrop/handoff"
 	"golang.org/x/sys/unix"
 )
 
@@ -92,8 +93,7 @@ func run(ctx context.Context, c *config, out io.Writer) error {
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	rep, err := zerodrop.Serve(ctx, srv, []string{c.addr}, zerodrop.Options{
-		Handoff:   c.socket,
-		PIDFile:   filepath.Join(dir, "https.pid"),
+		Handoff:   handoff.Config{Path: c.socket, PIDFile: filepath.Join(dir, "https.pid")},
 		Grace:     c.grace,
 		Successor: func() *exec.Cmd { return successor(c) },
 		OnListen:  func(g uint64, _ []net.Addr) { gen.Store(g) },

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop"
+	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/stats"
 	"github.com/zerodrop/zerodrop/stats/promstats"
 )
@@ -70,14 +72,13 @@ func run(ctx context.Context, c *config, out io.Writer) error {
 	var gen atomic.Uint64
 	srv.Handler = newHandler(&gen, hub, promstats.Options{Groups: []promstats.Group{{Listener: c.addr, Addr: c.addr}}})
 	rep, err := zerodrop.Serve(ctx, srv, []string{c.addr}, zerodrop.Options{
-		Handoff:   c.socket,
-		PIDFile:   filepath.Join(filepath.Dir(c.socket), "upgrade.pid"),
+		Handoff: handoff.Config{Path: c.socket, PIDFile: filepath.Join(filepath.Dir(c.socket), "upgrade.pid"),
+			OnHandoff: hub.HandoffHook()},
 		ReadyPath: "/ready",
 		Delay:     c.delay, // load balancers must notice; a successor needs no delay
 		Grace:     c.grace,
 		Successor: func() *exec.Cmd { return successor(c) },
-		OnHandoff: hub.HandoffHook(),
-		OnReport:  hub.DrainHook(c.addr),
+		Drain:     func(_ string, s *drain.Server) { s.OnReport = hub.DrainHook(c.addr) },
 		OnListen: func(g uint64, _ []net.Addr) {
 			gen.Store(g)
 			hub.SetGeneration(g)

@@ -1,6 +1,6 @@
 // Command websocket is a WebSocket echo server that upgrades through handoff
 // on SIGHUP and tells its clients it is going away when a generation stops:
-// drain.GoingAway, as zerodrop.Options.Hijacked, sends each open WebSocket
+// drain.GoingAway, as drain.Server.Hijacked (through zerodrop.Options.Drain), sends each open WebSocket
 // the close frame 1001 "going away" once the listener has stopped (passed to
 // the successor, or closed at SIGTERM or SIGINT), and gives it -close-in to
 // end. The generation then waits for its WebSockets to end before it exits,
@@ -29,6 +29,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/zerodrop/zerodrop"
 	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/handoff"
 )
 
 // config is the command line.
@@ -83,11 +84,11 @@ func run(ctx context.Context, c *config, out io.Writer) error {
 	}
 	e := &echo{}
 	rep, err := zerodrop.Serve(ctx, newHTTPServer(e), []string{c.addr}, zerodrop.Options{
-		Handoff:  c.socket,
-		PIDFile:  filepath.Join(dir, "websocket.pid"),
-		Grace:    c.grace,
-		Hijacked: drain.GoingAway(c.closeIn),
-		OnListen: func(g uint64, _ []net.Addr) { e.gen.Store(g) },
+		Handoff:   handoff.Config{Path: c.socket, PIDFile: filepath.Join(dir, "websocket.pid")},
+		Successor: zerodrop.ReExec,
+		Grace:     c.grace,
+		Drain:     func(_ string, s *drain.Server) { s.Hijacked = drain.GoingAway(c.closeIn) },
+		OnListen:  func(g uint64, _ []net.Addr) { e.gen.Store(g) },
 		OnServing: func(g uint64, addrs []net.Addr) {
 			fmt.Fprintf(out, "generation %d serving %s pid %d\n", g, addrs[0], os.Getpid())
 		},

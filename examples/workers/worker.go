@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop"
+	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"github.com/zerodrop/zerodrop/stats"
 	"github.com/zerodrop/zerodrop/stats/promstats"
@@ -77,7 +78,7 @@ func workerMain() int {
 	// drain's report is logged once.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: grace}
 	_, err = zerodrop.Serve(ctx, srv, []string{addr}, zerodrop.Options{
-		Listen: cfg, Grace: grace, Logger: log, ReadyPath: "/ready",
+		Handoff: handoff.Config{Listen: cfg}, Grace: grace, Logger: log, ReadyPath: "/ready",
 		OnListen: func(uint64, []net.Addr) { // the supervisor waits for this line on fd 3
 			ready := os.NewFile(3, "ready")
 			fmt.Fprintln(ready, "ready")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop"
+	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
@@ -168,7 +169,7 @@ func TestParseFlags(t *testing.T) {
 func Example_serve() {
 	cfg := reuseport.Config{Migration: reuseport.MigrationRequire}
 	srv := &http.Server{Handler: handler(1, 0, 0), ReadHeaderTimeout: 10 * time.Second}
-	rep, err := zerodrop.Serve(context.Background(), srv, []string{"127.0.0.1:8080"}, zerodrop.Options{Listen: cfg})
+	rep, err := zerodrop.Serve(context.Background(), srv, []string{"127.0.0.1:8080"}, zerodrop.Options{Handoff: handoff.Config{Listen: cfg}})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -9,6 +9,11 @@ import (
 
 // Listener takes a listening socket like Take and turns it into a
 // net.Listener (a *net.TCPListener or *net.UnixListener) that the caller owns.
+// It is the primitive beneath package sockets, whose Table takes a
+// generation's listeners from every origin the same way: it checks the
+// options, returns a *reuseport.Listener, and marks the socket as systemd's,
+// which makes package drain release it unless its holder scan reads every
+// process and finds no other holder.
 // When cfg is not nil the socket's options must agree with cfg (CheckOptions,
 // TCP only; ignore lists options to leave out).
 //

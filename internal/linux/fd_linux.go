@@ -88,3 +88,14 @@ func FileType(mode uint32) string {
 	}
 	return fmt.Sprintf("mode %#o", mode&unix.S_IFMT)
 }
+
+// DupConn returns a close-on-exec dup of c's fd; the caller owns it.
+func DupConn(c syscall.Conn) (int, error) {
+	fd := -1
+	err := Control(c, func(f int) error {
+		var err error
+		fd, err = DupCloexec(f)
+		return err
+	})
+	return fd, err
+}

@@ -42,3 +42,40 @@ func TestOpText(t *testing.T) {
 		t.Errorf("OpText without address = %q", err)
 	}
 }
+
+func TestOpConn(t *testing.T) {
+	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}
+	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 40000}
+	c := addrConn{local: local, remote: remote}
+	cause := errors.New("taken")
+	err := OpConn("write", "tcp", c, cause)
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "write" || oe.Net != "tcp" || oe.Source != local || oe.Addr != remote || !errors.Is(err, cause) {
+		t.Fatalf("OpConn = %#v, want a *net.OpError write tcp from %s to %s wrapping %v", err, local, remote, cause)
+	}
+	// The net package's own shape: op, net, source->addr, cause.
+	if got, want := err.Error(), "write tcp 127.0.0.1:8080->127.0.0.2:40000: taken"; got != want {
+		t.Errorf("OpConn = %q, want %q", got, want)
+	}
+	if again := OpConn("write", "tcp", c, err); again != err {
+		t.Errorf("OpConn of an OpConn error = %q, want it unchanged", again)
+	}
+	if again := Op("write", "tcp", remote, err); again != err {
+		t.Errorf("Op of an OpConn error for the same op = %q, want it unchanged", again)
+	}
+	if outer := OpConn("detach", "tcp", c, err); outer == err || !errors.Is(outer, cause) {
+		t.Errorf("OpConn(detach) of a write error = %q, want it wrapped", outer)
+	}
+	if OpConn("write", "tcp", c, nil) != nil {
+		t.Error("OpConn of nil is not nil")
+	}
+}
+
+// addrConn is a net.Conn that only has addresses.
+type addrConn struct {
+	net.Conn
+	local, remote net.Addr
+}
+
+func (c addrConn) LocalAddr() net.Addr  { return c.local }
+func (c addrConn) RemoteAddr() net.Addr { return c.remote }

@@ -45,7 +45,8 @@ func ExampleConfig_Join() {
 
 // A supervisor opens the group without joining it, shifts 10% of new
 // connections to a new generation in slot 3, and reads the counters.
-// (Compile-only.)
+// (Needs root, a bpf filesystem and a group that workers joined:
+// compile-only.)
 func ExampleGroup_Slots() {
 	g, err := (&steer.Config{}).Open(context.Background(), "127.0.0.1:8080")
 	if err != nil {
