@@ -11,6 +11,7 @@ func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("generation", generationMain)
 	netnstest.RegisterHelper("activated", activatedMain)
 	netnstest.RegisterHelper("resume", resumeMain)
+	netnstest.RegisterHelper("cpuworker", cpuWorkerMain)
 	netnstest.RegisterHelper("table", tableMain)
 	netnstest.RegisterHelper("signals", signalsMain)
 	netnstest.HelperMain()

@@ -192,7 +192,7 @@ func (h *httpService) Start(*Generation) (<-chan error, error) {
 // Stop drains every server at once.
 func (h *httpService) Stop(ctx context.Context, _ string, delay time.Duration) error {
 	if h.g.pool != nil {
-		h.g.pool.stopListening() // siblings stopping now pick another
+		h.g.pool.StopListening() // siblings stopping now pick another
 	}
 	if h.g.u != nil {
 		h.g.u.StopTakingConns() // none acked that ServeConn would close
@@ -229,7 +229,7 @@ func serveTickets(srv *http.Server, opts *Options) (func(), error) {
 // generationSet is a Generation and the siblings of Options.Pool.
 type generationSet struct {
 	*Generation
-	pool *siblings // nil without Pool
+	pool *handoff.Pool // nil without Pool
 }
 
 // handOver is a drain.Server.HandOver that passes the connections of the
@@ -241,7 +241,7 @@ func (g *generationSet) handOver(name string) func(context.Context, []drain.Deta
 			if g.pool == nil {
 				return 0, fmt.Errorf("zerodrop: no successor takes the connections of %s: %w", name, handoff.ErrNotTaken)
 			}
-			s, err := g.pool.sender(ctx, name)
+			s, err := g.pool.Sender(ctx, name)
 			if err != nil {
 				return 0, err
 			}
@@ -278,7 +278,7 @@ func (g *generationSet) passConns(servers []*drain.Server, opts Options, log *za
 	if opts.Pool == "" || len(handlers) == 0 {
 		return nil
 	}
-	p, err := listenSiblings(opts.Pool, handoff.ConnsConfig{AllowUIDs: opts.Handoff.AllowUIDs, Logger: log, Addrs: addrs}, handlers)
+	p, err := handoff.JoinPool(opts.Pool, handoff.ConnsConfig{AllowUIDs: opts.Handoff.AllowUIDs, Logger: log, Addrs: addrs}, handlers)
 	if err != nil {
 		return err
 	}
@@ -290,7 +290,7 @@ func (g *generationSet) passConns(servers []*drain.Server, opts Options, log *za
 // listeners).
 func (g *generationSet) close() {
 	if g.pool != nil {
-		g.pool.close()
+		g.pool.Close()
 	}
 	g.Close()
 }

@@ -180,7 +180,10 @@
 // (see detach.go: the Read it makes between two requests, with nothing
 // buffered); bytes that arrive during the take travel with the connection
 // (Detached.Unread), so a request that arrives meanwhile is served exactly
-// once, by one of the two processes. The successor serves the connection
+// once, by one of the two processes. Connections are taken and offered
+// HandOverBatch (16) at a time: a request that arrives on a connection once
+// it is taken waits until the successor serves it, so each waits for one
+// small batch while the others are still served here. The successor serves the connection
 // with ServeConn, as if accepted, and can hand it over again. TLS and HTTP/2
 // connections are never handed over (their state lives in crypto/tls and
 // net/http); they get IdleGrace as before, counted in

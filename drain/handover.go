@@ -84,19 +84,41 @@ func (s *Server) stopConns() {
 	}
 }
 
+// defaultHandOverBatch is Server.HandOverBatch's default. A connection's
+// request waits from its take until the successor serves it: its batch is
+// detached, sent, validated, acknowledged and served again as a whole, and
+// the larger the batch the longer each of its connections is in transit.
+// Until its own batch, a connection is served here, so small batches keep
+// each connection's transit to one batch's round trip (BenchmarkTransitWait
+// in package handoff compares batch sizes).
+const defaultHandOverBatch = 16
+
 // handOver hands the plain HTTP/1.1 connections over, each as soon as
-// net/http waits for its next request, until none is left, grace ends, or
-// HandOver fails (it returns that error). A connection detached but not
+// net/http waits for its next request, at most HandOverBatch at a time,
+// until none is left, grace ends, or HandOver fails (it returns that error). A connection detached but not
 // taken is served here again (returned).
-func (s *Server) handOver(ctx context.Context, grace time.Duration) (taken, returned int, err error) {
-	tm := time.NewTimer(grace)
-	defer tm.Stop()
+//
+// It begins as the listener begins to stop, and goes on until stopped is
+// closed (the listener has stopped: every connection it accepted is
+// tracked) and nothing is left; grace runs from then.
+func (s *Server) handOver(ctx context.Context, grace time.Duration, stopped <-chan struct{}) (taken, returned int, err error) {
+	var graceOver <-chan time.Time // armed once the listener has stopped
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
+	size := orDefaultInt(s.HandOverBatch, defaultHandOverBatch)
 	for {
+		done := stopped == nil // the listener had stopped before this pass
+		if done && graceOver == nil {
+			tm := time.NewTimer(grace)
+			defer tm.Stop()
+			graceOver = tm.C
+		}
 		cands, left := s.t.detachable()
 		var begun []*detachConn
 		for _, dc := range cands {
+			if len(begun) == size {
+				break // the rest are served here meanwhile
+			}
 			if dc.beginDetach() {
 				begun = append(begun, dc)
 			}
@@ -126,14 +148,19 @@ func (s *Server) handOver(ctx context.Context, grace time.Duration) (taken, retu
 				return taken, returned, herr
 			}
 		}
-		if err != nil || left == 0 {
+		if err != nil || (left == 0 && done) {
 			return taken, returned, err
+		}
+		if len(begun) == size {
+			continue // more are waiting to be taken: no tick
 		}
 		select {
 		case <-ctx.Done():
 			return taken, returned, ctx.Err()
-		case <-tm.C:
+		case <-graceOver:
 			return taken, returned, nil
+		case <-stopped:
+			stopped = nil
 		case <-tick.C:
 		}
 	}
@@ -173,4 +200,11 @@ func (t *tracker) forget(c net.Conn) {
 	t.mu.Lock()
 	delete(t.conns, c)
 	t.mu.Unlock()
+}
+
+func orDefaultInt(n, def int) int {
+	if n > 0 {
+		return n
+	}
+	return def
 }

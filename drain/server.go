@@ -90,6 +90,13 @@ type Server struct {
 	// lives in crypto/tls and net/http). HandOver works with Serve, not
 	// ServeTLS.
 	HandOver func(ctx context.Context, conns []Detached) (taken int, err error)
+	// HandOverBatch is how many connections are taken from net/http and
+	// offered to HandOver at once; default 16. A request that arrives on a
+	// connection once it is taken waits until the successor serves it, that
+	// is until its whole batch was passed and acknowledged; the connections
+	// not taken yet are served here meanwhile. Larger batches make the
+	// handover shorter and each connection's transit longer.
+	HandOverBatch int
 	// HandOverGrace bounds how long Shutdown waits for busy connections to
 	// finish their response so they can be handed over; those still busy
 	// then get the usual treatment (IdleGrace). Default 5 s.
@@ -351,8 +358,23 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 		}
 		goingAway = s.t.goAway(h.CloseSpread)
 	})
+	// The keep-alive connections are handed over while the listener stops
+	// (a step-out or a migration takes tens of milliseconds, which the
+	// handover need not wait for): handOver goes on until the listener has
+	// stopped and every connection it accepted is handed over.
+	stopped := make(chan struct{})
+	var handed chan struct{}
+	var herr error
+	if handOver {
+		handed = make(chan struct{})
+		go func() {
+			defer close(handed)
+			h.HandedOver, h.HandOverReturned, herr = s.handOver(ctx, orDefault(s.HandOverGrace, 5*time.Second), stopped)
+		}()
+	}
 	t0 := time.Now()
 	r, err := s.stopListener(ctx, leave)
+	close(stopped)
 	errs = append(errs, err)
 	h.StopTook = time.Since(t0)
 	leave() // if the listener's stop did not (it had run already)
@@ -360,8 +382,7 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	h.TLSPending, h2Left = s.t.markPending()
 	h.HTTP2 = max(h2Open, h2Left)
 	if handOver {
-		var herr error
-		h.HandedOver, h.HandOverReturned, herr = s.handOver(ctx, orDefault(s.HandOverGrace, 5*time.Second))
+		<-handed
 		if herr != nil {
 			h.HandOverError = herr.Error()
 		}

@@ -165,7 +165,13 @@
 // conversations ("busy" beyond, ErrBusy), each for at most its Timeout
 // without a batch (logged as handoff.conns_idle); ListenConns refuses a
 // path a live listener answers on (ErrPathInUse) and replaces a stale
-// socket file.
+// socket file. A Pool (JoinPool) is a worker's place in a directory the
+// pool's workers share: its ConnListener while it runs, and at its stop a
+// sender to the newest sibling there that takes its connections
+// (Pool.PassConns, for a drain.Server's HandOver). zerodrop.Serve's
+// Options.Pool uses it; a worker that builds its own listeners (for
+// example reuseport's ListenPerCPU) and drain.Servers (with StepOut) joins
+// a pool the same way.
 //
 // # Session-ticket keys
 //

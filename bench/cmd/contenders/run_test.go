@@ -57,13 +57,15 @@ func TestRunContenders(t *testing.T) {
 }
 
 // A keep-alive pool through restarts: the handoff worker passes its
-// connections to its successor, so no request fails and the server closes
-// no connection under a client; naive restarts close them, so the clients
-// reconnect. Before the
-// handoff worker set drain.Server.HandOver, it dialled 16 per restart too.
+// connections to its successor, and a rolled zd-drain worker to a sibling
+// (handoff.Pool), so no request fails and the server closes no connection
+// under a client; naive restarts close them, so the clients reconnect.
+// Before the handoff worker set drain.Server.HandOver, it dialled 16 per
+// restart too; before the pool workers joined a pool (ZD_BENCH_NO_POOL=1
+// still runs them so), zd-drain's rolled worker closed its idle ones.
 func TestRunPool(t *testing.T) {
 	const clients, restarts = 16, 3
-	for _, name := range []string{"zd-handoff", "naive"} {
+	for _, name := range []string{"zd-handoff", "zd-drain", "naive"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
@@ -78,13 +80,20 @@ func TestRunPool(t *testing.T) {
 				}
 				t.Logf("%d requests, %d failed %v, %d dials, %d connections closed by the server, counters %+v", l.Requests, l.Failed, l.Errors, l.Dials, l.ServerClosed, res.Counters)
 				switch name {
-				case "zd-handoff":
+				case "zd-handoff", "zd-drain": // zd-drain's workers pass theirs to a sibling (handoff.Pool)
 					// Dials can exceed clients when net/http's Transport
 					// closes a connection itself (CPU-starved, at load 25
 					// here: 17 dials, none closed by the server).
 					if l.Failed != 0 || l.ServerClosed != 0 || l.Dials < clients {
 						t.Errorf("%d failed %v, %d dials, %d connections closed by the server; want 0 failed and none closed (no reconnect forced); workers said:\n%s",
 							l.Failed, l.Errors, l.Dials, l.ServerClosed, workers())
+					}
+					// A rolled pool worker that closes its idle connections
+					// (IdleGrace: each answered with Connection: close, which
+					// the client closes itself) makes its clients dial again:
+					// 33 dials for 16 clients without the pool.
+					if name == "zd-drain" && l.Dials > clients+clients/4 {
+						t.Errorf("%d dials for %d clients: the rolled workers' clients reconnected; workers said:\n%s", l.Dials, clients, workers())
 					}
 				case "naive":
 					// Every restart closes every connection: each client

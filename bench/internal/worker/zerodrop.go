@@ -28,7 +28,7 @@ func serveDrain(ctx context.Context, w *Worker) error {
 	if err != nil {
 		return err
 	}
-	return w.ServeDrained(ln, func() error { return nil }, ctx.Done())
+	return w.servePooled(ln, ctx.Done())
 }
 
 // serveCPU is a reuseport worker with SO_INCOMING_CPU set to EnvCPU (the
@@ -45,8 +45,60 @@ func serveCPU(ctx context.Context, w *Worker) error {
 	if err != nil {
 		return err
 	}
-	return w.ServeDrained(ln, func() error { return nil }, ctx.Done(), drain.Options{StepOut: true, OnReport: logNotStepOut})
+	return w.servePooled(ln, ctx.Done(), drain.Options{StepOut: true, OnReport: logNotStepOut})
 }
+
+// EnvNoPool, when set (in the harness's environment), keeps the pool
+// workers (modes drain and cpu) out of the pool directory: at its stop, a
+// worker closes its keep-alive connections (IdleGrace) instead of passing
+// them to a sibling, as before the pool existed.
+const EnvNoPool = "ZD_BENCH_NO_POOL"
+
+// servePooled serves ln as a member of a SO_REUSEPORT pool (the drain
+// options opts[0] if given) that, unless EnvNoPool or over TLS, joins the
+// pool directory <Dir>/pool (handoff.JoinPool): the connections its
+// siblings pass at their stop are served here, and at its own stop its
+// keep-alive connections go to the newest sibling (drain.Server.HandOver,
+// handoff.Pool.PassConns), each once it waits for its next request, so that
+// its clients do not reconnect. This is how a worker that builds its own
+// listener and drain.Server joins a pool through the public API.
+func (w *Worker) servePooled(ln net.Listener, stop <-chan struct{}, opts ...drain.Options) error {
+	ds := w.drainServer(opts...)
+	if w.TLS() || os.Getenv(EnvNoPool) != "" {
+		return w.serveDrainedBy(ds, ln, func() error { return nil }, stop)
+	}
+	dir := filepath.Join(w.Dir, "pool")
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		ln.Close()
+		return err
+	}
+	pool, err := handoff.JoinPool(dir, handoff.ConnsConfig{Addrs: map[string]net.Addr{poolName: ln.Addr()}},
+		map[string]func(handoff.PassedConn){poolName: func(pc handoff.PassedConn) { ds.ServeConn(pc.Conn, pc.State) }})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer pool.Close()
+	ds.HandOver = func(ctx context.Context, conns []drain.Detached) (int, error) {
+		if conns == nil { // the stop begins: siblings stopping now pick another
+			pool.StopListening()
+		}
+		pcs := make([]handoff.PassedConn, len(conns))
+		for i, d := range conns {
+			pcs[i] = handoff.PassedConn{Conn: d.Conn, State: d.Unread}
+		}
+		return pool.PassConns(ctx, poolName, pcs)
+	}
+	return w.serveDrainedBy(ds, ln, func() error { return nil }, stop)
+}
+
+// EnvHandOverBatch, when set (in the harness's environment), is every
+// zerodrop worker's drain.Server.HandOverBatch (1024: every idle
+// connection in one batch, as before the field existed).
+const EnvHandOverBatch = "ZD_BENCH_HANDOVER_BATCH"
+
+// poolName names a pool worker's listener to its siblings.
+const poolName = "http"
 
 // serveHandoff inherits its listener from its predecessor over the handoff
 // socket (or creates it, the first time), serves, calls Ready, and drains
@@ -166,6 +218,7 @@ func (w *Worker) ServeDrained(ln net.Listener, ready func() error, stop <-chan s
 // listener options opts[0] if given.
 func (w *Worker) drainServer(opts ...drain.Options) *drain.Server {
 	ds := &drain.Server{HTTP: w.NewServer(), OnReport: logNotable}
+	ds.HandOverBatch, _ = strconv.Atoi(os.Getenv(EnvHandOverBatch))
 	if w.TLS() {
 		// TLS connections cannot be handed over: each client told to
 		// close reconnects with a full handshake, spread over the window.
