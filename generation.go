@@ -53,6 +53,8 @@ const CauseSuccessor = "successor ready"
 // Open takes a listener for every address, or none: on error those already
 // taken are closed. Of opts it reads Handoff, PIDFile, AllowUIDs, Listen,
 // Logger, OnHandoff, TicketKeys, Signals, UpgradeSignals, Successor, Delay.
+// A first generation started by systemd imports into TicketKeys the keys a
+// previous run kept in the fd store (systemd.Activation.Tickets).
 func Open(ctx context.Context, addrs []string, opts Options) (g *Generation, err error) {
 	if len(addrs) == 0 {
 		return nil, ErrNoAddress
@@ -106,6 +108,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (g *Generation, err
 		g.names = append(g.names, a)
 		g.lns = append(g.lns, l)
 	}
+	g.restoreTickets()
 	if g.act != nil {
 		if left := g.act.Available(); len(left) > 0 {
 			g.log.Warn("activated sockets not used", zap.String("event", "zerodrop.unused_fds"), zap.Strings("fds", left))
@@ -151,6 +154,8 @@ func (g *Generation) Upgrader() *handoff.Upgrader { return g.u }
 // reason to stop it: a later handoff step that failed
 // (handoff.ErrReadyIncomplete), MAINPID=, READY=1 or the watchdog's set-up
 // failing is logged (event zerodrop.ready_incomplete) and Ready returns nil.
+// Under systemd it also keeps Options.TicketKeys in the fd store, for a
+// restart (named ticket.FDName; see package ticket).
 func (g *Generation) Ready(status string) error {
 	if g.u != nil {
 		if err := g.u.Ready(); errors.Is(err, handoff.ErrReadyIncomplete) {
@@ -173,6 +178,7 @@ func (g *Generation) Ready(status string) error {
 	if err := n.Ready(status); err != nil {
 		g.incomplete("READY", err)
 	}
+	g.storeTickets()
 	w, err := n.StartWatchdog(context.Background())
 	if err == nil && w == nil && gen > 1 { // WATCHDOG_PID still names the predecessor
 		var iv time.Duration
@@ -287,11 +293,13 @@ func (g *Generation) Linger(ctx context.Context, cause string) {
 }
 
 // Stopping logs the stop and, unless a successor took over, tells systemd
-// (STOPPING=1).
+// (STOPPING=1) and stores Options.TicketKeys in its fd store for the next
+// start.
 func (g *Generation) Stopping(cause string) {
 	g.log.Info("stopping", zap.String("event", "zerodrop.stop"), zap.Uint64("generation", g.Number()), zap.String("cause", cause))
 	if n := systemd.FromEnv(); n != nil && cause != CauseSuccessor {
 		n.Stopping(fmt.Sprintf("generation %d stopping: %s", g.Number(), cause))
+		g.storeTickets()
 	}
 }
 

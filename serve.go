@@ -14,6 +14,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/handoff"
+	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"github.com/zerodrop/zerodrop/ticket"
 	"go.uber.org/zap"
@@ -86,8 +87,10 @@ type Options struct {
 	// TicketKeys are the TLS session-ticket keys handed to the successor
 	// with the listeners, and taken from the predecessor
 	// (handoff.Config.TicketKeys), so that a TLS client reconnecting after
-	// a restart resumes its session instead of a full handshake. Serve,
-	// for a srv with a TLSConfig and Handoff, makes them when nil and
+	// a restart resumes its session instead of a full handshake; under
+	// systemd Open imports them from, and Ready and Stopping keep them
+	// in, the fd store (a restart). Serve, for a srv with a TLSConfig and
+	// Handoff or under systemd, makes them when nil and
 	// installs them into its TLSConfig (see Serve); set them for a server
 	// Serve does not run (Open, package grpc's Serve) and install them
 	// yourself (ticket.Keys.Install).
@@ -144,10 +147,13 @@ var ErrNoAddress = errors.New("zerodrop: no address to serve")
 // certificates of its TLSConfig: Certificates, GetCertificate or
 // GetConfigForClient), HTTP/2 offered by ALPN as net/http does. With
 // Handoff, its session-ticket keys go to the successor with the sockets
-// (Options.TicketKeys), so that clients resume their sessions across
-// restarts: Serve replaces srv.TLSConfig by a clone whose WrapSession and
-// UnwrapSession are the keys' (ticket.Keys.Install), unless
-// Options.NoTicketHandoff, Options.TicketKeys or either hook is set.
+// (Options.TicketKeys), and under systemd (NOTIFY_SOCKET set) they are kept
+// in its fd store for the next start (a restart; the unit needs
+// FileDescriptorStoreMax= of at least 1 beside its stored sockets), so that
+// clients resume their sessions across restarts: Serve replaces
+// srv.TLSConfig by a clone whose WrapSession and UnwrapSession are the
+// keys' (ticket.Keys.Install), unless Options.NoTicketHandoff,
+// Options.TicketKeys or either hook is set.
 //
 // srv serves the first address; each further one is served by a copy of
 // srv's exported fields (its RegisterOnShutdown functions run for the first
@@ -220,7 +226,7 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 // them once Serve is done.
 func serveTickets(srv *http.Server, opts *Options) (func(), error) {
 	c := srv.TLSConfig
-	if c == nil || opts.Handoff == "" || opts.NoTicketHandoff || opts.TicketKeys != nil || c.WrapSession != nil || c.UnwrapSession != nil {
+	if c == nil || (opts.Handoff == "" && systemd.FromEnv() == nil) || opts.NoTicketHandoff || opts.TicketKeys != nil || c.WrapSession != nil || c.UnwrapSession != nil {
 		return func() {}, nil
 	}
 	keys, err := ticket.New()

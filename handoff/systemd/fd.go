@@ -120,3 +120,10 @@ func sameAddr(s *reuseport.Socket, address string) (bool, error) {
 	}
 	return want.Unmap() == have.Addr().Unmap(), nil
 }
+
+// isSocket reports whether fd is a socket (a stored memfd of session-ticket
+// keys is not: package shared marks only sockets).
+func isSocket(fd int) bool {
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK
+}
