@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,15 +13,18 @@ import (
 	"github.com/zerodrop/zerodrop/internal/sysdbox"
 )
 
-// ticketsUnit runs resumeMain (Serve over TLS, no handoff socket) as a
-// Type=notify service on 127.0.0.1:8443 in the box; %d is
-// FileDescriptorStoreMax=.
+// ticketsUnit runs resumeMain (Serve over TLS) as a Type=notify service on
+// 127.0.0.1:8443 in the box; %d is FileDescriptorStoreMax=, %s the handoff
+// socket (ZD_SOCK; empty for none).
 const ticketsUnit = `[Unit]
 StartLimitIntervalSec=0
 [Service]
 Type=notify
 NotifyAccess=all
 Environment=ZERODROP_TEST_HELPER=resume ZD_ADDR=127.0.0.1:8443 ZD_CERT=/etc/zd-tickets/cert.pem ZD_KEY=/etc/zd-tickets/key.pem
+Environment=ZD_SOCK=%s
+RuntimeDirectory=zd-tickets
+RuntimeDirectoryMode=0700
 ExecStart=/usr/local/bin/zd-tickets.test -test.run=^$
 FileDescriptorStoreMax=%d
 TimeoutStopSec=30
@@ -32,10 +36,12 @@ TimeoutStopSec=30
 // (a sealed memfd named zerodrop-tickets, never a file): after each
 // "systemctl restart" (SIGTERM, exit, a new process) a client holding a
 // ticket of the previous process resumes its session (the server's
-// DidResume), and the store holds that one memfd, replaced, not
-// accumulated. The control, the same unit with FileDescriptorStoreMax=0
-// (what every restart was before: nowhere to keep the keys), resumes
-// nothing after a restart.
+// DidResume), Go's client and openssl s_client (-sess_out, then -sess_in,
+// run in the box), and the store holds that one memfd, replaced, not
+// accumulated; the same with a handoff socket (the keys then come through
+// the Upgrader's activation). The control, the same unit with
+// FileDescriptorStoreMax=0 (what every restart was before: nowhere to keep
+// the keys), resumes nothing after a restart.
 func TestServeSystemdRestartResumes(t *testing.T) {
 	netnstest.CheckLeaks(t)
 	b := sysdbox.Boot(t)
@@ -83,11 +89,36 @@ func TestServeSystemdRestartResumes(t *testing.T) {
 		}
 		return resumed
 	}
+	// sClient runs openssl s_client in the box (TLS 1.3, one request,
+	// "-sess_out" or "-sess_in" the box's /tmp/zd-sess) and returns
+	// whether OpenSSL reused the session and the server's X-Resumed.
+	sClient := func(sess string) (bool, string) {
+		t.Helper()
+		out, err := b.Exec(ctx, "sh", "-c", "printf 'GET / HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n' | "+
+			"openssl s_client -connect 127.0.0.1:8443 -servername localhost -CAfile /etc/zd-tickets/cert.pem "+
+			"-verify_return_error -tls1_3 -ign_eof "+sess+" /tmp/zd-sess 2>&1")
+		if err != nil {
+			t.Fatalf("openssl s_client %s: %v", sess, err)
+		}
+		reused, resumed := strings.Contains(string(out), "Reused, TLSv1.3"), ""
+		if !reused && !strings.Contains(string(out), "New, TLSv1.3") {
+			t.Fatalf("openssl s_client %s: neither New nor Reused:\n%s", sess, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "X-Resumed: "); ok {
+				resumed = v
+			}
+		}
+		return reused, resumed
+	}
 	// restart restarts the service and checks it resumes the session
 	// (a ticket of the previous process) or not, as want says.
 	restart := func(what string, want bool) {
 		t.Helper()
 		old := mainPID()
+		if reused, _ := sClient("-sess_out"); reused {
+			t.Fatalf("%s: openssl reused a session it had none of", what)
+		}
 		systemctl("restart", unit)
 		pid := mainPID()
 		if pid == old {
@@ -99,13 +130,16 @@ func TestServeSystemdRestartResumes(t *testing.T) {
 		if !get(pid) {
 			t.Errorf("%s: the second connection to pid %d did not resume its own session", what, pid)
 		}
+		if reused, resumed := sClient("-sess_in"); reused != want || resumed != strconv.FormatBool(want) {
+			t.Errorf("%s: openssl with a session of pid %d: reused %v, server X-Resumed %q; want %v", what, old, reused, resumed, want)
+		}
 	}
 
 	for _, c := range []struct {
-		name  string
-		store int
-	}{{"control without an fd store", 0}, {"fd store", 2}} {
-		if err := b.Install(ctx, unit, fmtUnit(c.store)); err != nil {
+		name, sock string
+		store      int
+	}{{"control without an fd store", "", 0}, {"fd store", "", 2}, {"fd store and a handoff socket", "/run/zd-tickets/handoff.sock", 2}} {
+		if err := b.Install(ctx, unit, fmt.Sprintf(ticketsUnit, c.sock, c.store)); err != nil {
 			t.Fatal(err)
 		}
 		// A stop empties the store (FileDescriptorStorePreserve=,
@@ -129,5 +163,3 @@ func TestServeSystemdRestartResumes(t *testing.T) {
 		t.Errorf("NFileDescriptorStore %s after stop, want 0: the keys outlived the service", n)
 	}
 }
-
-func fmtUnit(store int) string { return fmt.Sprintf(ticketsUnit, store) }
