@@ -33,7 +33,11 @@ func (g *Generation) restoreTickets() {
 	keys := g.opts.TicketKeys
 	switch {
 	case keys == nil:
-		if err := systemd.FromEnv().Remove(ticket.FDName); err != nil {
+		n := systemd.FromEnv()
+		if n == nil {
+			return
+		}
+		if err := n.Remove(ticket.FDName); err != nil {
 			g.log.Warn("stored session-ticket keys not removed", zap.String("event", "zerodrop.tickets_not_removed"), zap.Error(err))
 		}
 	case g.Number() > 1:

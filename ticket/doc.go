@@ -69,7 +69,9 @@
 // Activation.Tickets hands it out, and Import reads it. The unit needs
 // FileDescriptorStoreMax= of at least its stored sockets plus one (with 0,
 // systemd drops the message and a restart draws fresh keys: a full
-// handshake per client, as before).
+// handshake per client, as before). A process that dies without a stop
+// (a crash, the watchdog's kill) leaves the keys of its last Ready: tickets
+// issued under a key rotated in since then need a full handshake.
 //
 // How the keys are kept, then: in memory only. They live in the serving
 // process, and between two processes in the pages of a sealed memfd that
