@@ -11,6 +11,7 @@ func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("generation", generationMain)
 	netnstest.RegisterHelper("activated", activatedMain)
 	netnstest.RegisterHelper("resume", resumeMain)
+	netnstest.RegisterHelper("resume-activated", resumeActivatedMain)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }
