@@ -1,6 +1,8 @@
 package zerodrop_test
 
 import (
+	"crypto/tls"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -10,9 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"crypto/tls"
-	"fmt"
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/ticket"
