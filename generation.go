@@ -57,6 +57,8 @@ const CauseSuccessor = "successor ready"
 // sockets: the predecessor's through handoff, else systemd's, else fresh),
 // or none: on error those already taken are closed. Of opts it reads
 // Handoff, Logger, Signals, UpgradeSignals, NoSignals, Successor, Delay.
+// A first generation started by systemd imports into Handoff.TicketKeys the
+// keys a previous run kept in the fd store (systemd.Activation.Tickets).
 func Open(ctx context.Context, addrs []string, opts Options) (g *Generation, err error) {
 	if len(addrs) == 0 {
 		return nil, ErrNoAddress
@@ -113,6 +115,7 @@ func Open(ctx context.Context, addrs []string, opts Options) (g *Generation, err
 		g.names = append(g.names, name)
 		g.lns = append(g.lns, l)
 	}
+	g.restoreTickets()
 	if left := g.table.Unclaimed(); len(left) > 0 {
 		g.log.Warn("sockets passed to us and not used", zap.String("event", "zerodrop.unused_fds"), zap.Strings("fds", left))
 	}
@@ -156,6 +159,8 @@ func (g *Generation) Upgrader() *handoff.Upgrader { return g.u }
 // reason to stop it: a later handoff step that failed
 // (handoff.ErrReadyIncomplete), MAINPID=, READY=1 or the watchdog's set-up
 // failing is logged (event zerodrop.ready_incomplete) and Ready returns nil.
+// Under systemd it also keeps Options.Handoff.TicketKeys in the fd store, for a
+// restart (named ticket.FDName; see package ticket).
 func (g *Generation) Ready(status string) error {
 	if g.u != nil {
 		if err := g.u.Ready(); errors.Is(err, handoff.ErrReadyIncomplete) {
@@ -178,6 +183,7 @@ func (g *Generation) Ready(status string) error {
 	if err := n.Ready(status); err != nil {
 		g.incomplete("READY", err)
 	}
+	g.storeTickets()
 	w, err := n.StartWatchdog(context.Background())
 	if err == nil && w == nil && gen > 1 { // WATCHDOG_PID still names the predecessor
 		var iv time.Duration
@@ -307,11 +313,13 @@ func (g *Generation) Linger(ctx context.Context, cause string) {
 }
 
 // Stopping logs the stop and, unless a successor took over, tells systemd
-// (STOPPING=1).
+// (STOPPING=1) and stores Options.Handoff.TicketKeys in its fd store for the next
+// start.
 func (g *Generation) Stopping(cause string) {
 	g.log.Info("stopping", zap.String("event", "zerodrop.stop"), zap.Uint64("generation", g.Number()), zap.String("cause", cause))
 	if n := systemd.FromEnv(); n != nil && cause != CauseSuccessor {
 		n.Stopping(fmt.Sprintf("generation %d stopping: %s", g.Number(), cause))
+		g.storeTickets()
 	}
 }
 

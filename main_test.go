@@ -14,6 +14,7 @@ func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("cpuworker", cpuWorkerMain)
 	netnstest.RegisterHelper("table", tableMain)
 	netnstest.RegisterHelper("signals", signalsMain)
+	netnstest.RegisterHelper("resume-activated", resumeActivatedMain)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/handoff"
+	"github.com/zerodrop/zerodrop/handoff/systemd"
 	"github.com/zerodrop/zerodrop/ticket"
 	"go.uber.org/zap"
 )
@@ -89,7 +90,8 @@ type Options struct {
 	// instead.
 	Pool string
 	// NoTicketHandoff keeps Serve from making and installing
-	// Handoff.TicketKeys: for a TLSConfig whose tickets are managed
+	// Handoff.TicketKeys (and from keeping them in systemd's fd store):
+	// for a TLSConfig whose tickets are managed
 	// elsewhere (keys a fleet shares, set with SetSessionTicketKeys).
 	NoTicketHandoff bool
 	// Grace bounds the drain; default 30 s.
@@ -129,10 +131,13 @@ var ErrNoAddress = errors.New("zerodrop: no address to serve")
 // certificates of its TLSConfig: Certificates, GetCertificate or
 // GetConfigForClient), HTTP/2 offered by ALPN as net/http does. With
 // Handoff, its session-ticket keys go to the successor with the sockets
-// (Options.Handoff.TicketKeys), so that clients resume their sessions across
-// restarts: Serve replaces srv.TLSConfig by a clone whose WrapSession and
-// UnwrapSession are the keys' (ticket.Keys.Install), unless
-// Options.NoTicketHandoff, Options.Handoff.TicketKeys or either hook is set.
+// (Options.Handoff.TicketKeys), and under systemd (NOTIFY_SOCKET set) they
+// are kept in its fd store for the next start (a restart; the unit needs
+// FileDescriptorStoreMax= of at least 1 beside its stored sockets), so that
+// clients resume their sessions across restarts: Serve replaces
+// srv.TLSConfig by a clone whose WrapSession and UnwrapSession are the
+// keys' (ticket.Keys.Install), unless Options.NoTicketHandoff,
+// Options.Handoff.TicketKeys or either hook is set.
 //
 // srv serves the first address; each further one is served by a copy of
 // srv's exported fields (its RegisterOnShutdown functions run for the first
@@ -210,7 +215,7 @@ func (h *httpService) Stop(ctx context.Context, _ string, delay time.Duration) e
 // them once Serve is done.
 func serveTickets(srv *http.Server, opts *Options) (func(), error) {
 	c := srv.TLSConfig
-	if c == nil || opts.Handoff.Path == "" || opts.NoTicketHandoff || opts.Handoff.TicketKeys != nil || c.WrapSession != nil || c.UnwrapSession != nil {
+	if c == nil || (opts.Handoff.Path == "" && systemd.FromEnv() == nil) || opts.NoTicketHandoff || opts.Handoff.TicketKeys != nil || c.WrapSession != nil || c.UnwrapSession != nil {
 		return func() {}, nil
 	}
 	keys, err := ticket.New()

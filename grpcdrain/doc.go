@@ -50,6 +50,22 @@
 // when a successor took over through handoff: with a single address, it
 // waits for a new connection, which reaches the successor.
 //
+// # TLS and session tickets
+//
+// grpcdrain has no TLS of its own: gRPC over TLS is the grpc.Creds option
+// given to New (credentials.NewTLS), whose tls.Config grpc-go keeps to
+// itself (a clone). So Serve cannot install session-ticket keys the way
+// zerodrop.Serve does for an http.Server's TLSConfig; the caller does, and
+// Serve carries them: make ticket.New keys, Install them into the
+// tls.Config before credentials.NewTLS takes it (the clone shares their
+// hooks), and set zerodrop.Options.Handoff.TicketKeys. Serve then hands them to the
+// successor with the sockets (handoff.Config.TicketKeys) and, under
+// systemd, keeps them in its fd store for a restart (zerodrop.Generation),
+// so that a client reconnecting after a restart resumes its session
+// instead of a full handshake (TestServeTLSResumes). Without TicketKeys
+// each generation draws its own keys, as before. Connections are never
+// handed over: each gets the two-step GOAWAY of the drain.
+//
 // # Kernel requirements
 //
 // Those of package drain (Linux; sock_diag). MPTCP listeners are refused:

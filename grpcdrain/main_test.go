@@ -19,6 +19,7 @@ import (
 
 func TestMain(m *testing.M) {
 	netnstest.RegisterHelper("generation", generationMain)
+	netnstest.RegisterHelper("tls-generation", tlsGenerationMain)
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }

@@ -190,7 +190,10 @@
 // successor cannot import fails the handoff ("validation"; the predecessor
 // keeps serving). zerodrop.Serve sets TicketKeys for a server with a
 // TLSConfig. Without TicketKeys on either side nothing changes: a release
-// before this one neither asks nor sends (see the wire protocol).
+// before this one neither asks nor sends (see the wire protocol). A restart
+// by systemd, with no predecessor, finds the keys in the fd store instead
+// (handoff/systemd.Activation.Tickets; zerodrop.Generation stores and
+// imports them).
 //
 // # Wire protocol (version 2)
 //

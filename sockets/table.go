@@ -96,6 +96,10 @@ func New(cfg Config, socks []*Socket) (*Table, error) {
 // Activated reports whether systemd passed the process sockets.
 func (t *Table) Activated() bool { return t.act != nil }
 
+// Activation is systemd's activation the table takes sockets from (for what
+// else systemd passed, as its fd store's session-ticket keys), or nil.
+func (t *Table) Activation() *systemd.Activation { return t.act }
+
 // Listen returns the listener called name: the inherited one, if the
 // predecessor offered one of that name and kind on that address (a port 0
 // matches the inherited port); else systemd's, if it passed one of that

@@ -57,22 +57,34 @@
 // # systemd
 //
 // A systemd restart (stop, then start) has no predecessor to hand over to.
-// The design for it keeps the keys where the sockets are kept: the stopping
-// process puts the sealed memfd of Export in the service's file descriptor
-// store (systemd.Notifier.Store accepts the *os.File: FDSTORE=1,
-// FDNAME=zerodrop-tickets; the unit needs FileDescriptorStoreMax= of at least
-// the sockets plus one), and the next start finds it among its activated fds
-// (LISTEN_FDNAMES) and passes it to Import. systemd holds the fd in memory
-// only: nothing is written to disk in the clear; each stop would replace the
-// stored memfd (FDSTOREREMOVE=1, then FDSTORE=1). We prefer this to keys
-// derived from a key the unit supplies as a credential
+// The keys are kept where the sockets are kept: in the service's file
+// descriptor store. zerodrop.Serve (Generation.Ready, and Stopping at a stop
+// that is not a handoff) puts the sealed memfd of Export there (FDSTORE=1,
+// FDNAME=zerodrop-tickets, our own sendmsg since go-systemd cannot attach an
+// fd: coreos/go-systemd#442), replacing the one stored before
+// (FDSTOREREMOVE=1 first: each Export is a new file, which systemd would
+// keep beside the old). At the next start systemd passes it back among the
+// activated fds (LISTEN_FDNAMES); handoff/systemd.Activated accepts it only
+// if Check does (a memfd named FDName, sealed, of a size of the format),
+// Activation.Tickets hands it out, and Import reads it. The unit needs
+// FileDescriptorStoreMax= of at least its stored sockets plus one (with 0,
+// systemd drops the message and a restart draws fresh keys: a full
+// handshake per client, as before). A process that dies without a stop
+// (a crash, the watchdog's kill) leaves the keys of its last Ready: tickets
+// issued under a key rotated in since then need a full handshake.
+//
+// How the keys are kept, then: in memory only. They live in the serving
+// process, and between two processes in the pages of a sealed memfd that
+// systemd (PID 1) holds open; no file system has them, nothing writes them
+// to disk in the clear (anonymous memory reaches a disk only through swap).
+// Who can read them: root, and processes that may ptrace the service or
+// systemd (they can read the fds, /proc/PID/fd/N, or the memory); a process
+// of another user cannot. The store lives as long as the unit is not
+// stopped for good: "systemctl stop" empties it (FileDescriptorStorePreserve=
+// of systemd 254+ can change that), so a stop then start draws fresh keys.
+// We prefer this to keys derived from a key the unit supplies as a credential
 // (LoadCredentialEncrypted=): that key lives on disk (encrypted to the host
 // or TPM), and keys derived from it rotate only when the unit's file
-// changes. Not done yet: the reading
-// side. handoff/systemd.Activated refuses any passed fd that is not a socket
-// (ErrNotSocket), so a memfd in the store would fail the next start; it must
-// learn to hand out the fd named zerodrop-tickets as a file (checked by
-// Import, not as a socket), and zerodrop.Serve to store it at a stop that is
-// not a handoff. Until then a systemd restart starts with fresh keys (a full
-// handshake per client, as before); a reload through handoff keeps them.
+// changes. A reload through handoff hands the keys over the handoff socket
+// instead, as above.
 package ticket

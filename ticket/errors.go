@@ -2,6 +2,12 @@ package ticket
 
 import "errors"
 
+// FDName is the name of the memfd of Export (/proc/PID/fd shows
+// "/memfd:zerodrop-tickets"), and the FDNAME= under which zerodrop.Serve
+// keeps it in systemd's fd store, where handoff/systemd.Activation.Tickets
+// finds it at the next start.
+const FDName = "zerodrop-tickets"
+
 var (
 	// ErrClosed is returned by the methods of Keys after Close.
 	ErrClosed = errors.New("ticket: keys closed")

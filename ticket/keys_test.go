@@ -232,8 +232,8 @@ func TestImportRefuses(t *testing.T) {
 	}
 	good.Close()
 
-	memfd := func(b []byte, seal int) *os.File {
-		fd, err := unix.MemfdCreate("x", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	named := func(name string, b []byte, seal int) *os.File {
+		fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,6 +248,7 @@ func TestImportRefuses(t *testing.T) {
 		}
 		return f
 	}
+	memfd := func(b []byte, seal int) *os.File { return named(FDName, b, seal) }
 	plain := filepath.Join(t.TempDir(), "keys")
 	if err := os.WriteFile(plain, content, 0o600); err != nil {
 		t.Fatal(err)
@@ -267,12 +268,20 @@ func TestImportRefuses(t *testing.T) {
 		"count mismatch":   memfd(append(content[:11:11], append([]byte{2}, content[12:]...)...), seals),
 		"future key":       memfd(future, seals),
 		"sealed but empty": memfd(nil, seals),
+		"another name":     named("keys", content, seals),
 	}
 	for name, f := range cases {
 		err := k.Import(f)
+		cerr := Check(f)
 		f.Close()
 		if !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+		// Check reads no key: it refuses the files whose name, seals
+		// or size are wrong, not those whose content is.
+		wantCheck := name != "bad magic" && name != "count mismatch" && name != "future key"
+		if got := errors.Is(cerr, ErrInvalid); got != wantCheck {
+			t.Errorf("%s: Check: %v, want ErrInvalid: %v", name, cerr, wantCheck)
 		}
 	}
 	if k.Len() != 1 || k.keys[0].b != before {
@@ -281,6 +290,9 @@ func TestImportRefuses(t *testing.T) {
 	// The control: the same content, sealed, is imported.
 	f := memfd(content, seals)
 	defer f.Close()
+	if err := Check(f); err != nil {
+		t.Fatalf("Check of a well-formed sealed memfd: %v", err)
+	}
 	if err := k.Import(f); err != nil {
 		t.Fatalf("well-formed sealed memfd: %v", err)
 	}

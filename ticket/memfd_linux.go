@@ -21,7 +21,7 @@ const (
 	entryLen  = 8 + 32
 	// memfdName is the memfd's name (seen in /proc/PID/fd): it names the
 	// content, not a file.
-	memfdName = "zerodrop-tickets"
+	memfdName = FDName
 	// seals are the seals Export sets and Import requires: the content
 	// can no longer change, and no seal can be taken back.
 	seals = unix.F_SEAL_WRITE | unix.F_SEAL_GROW | unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL
@@ -96,31 +96,59 @@ func (k *Keys) Import(f *os.File) error {
 	return k.adopt(theirs)
 }
 
-// read checks that fd is a sealed memfd and parses its keys.
-func read(fd int, now time.Time) ([]*key, error) {
+// Check reports, without reading any key, whether f is a memfd of Export:
+// named FDName, sealed as Export seals it, and of a size its format allows.
+// It returns nil or an error matching ErrInvalid. package handoff/systemd
+// checks so the fd it finds named FDName among the fds systemd passes (the
+// fd store), before it hands it out. f stays the caller's.
+func Check(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { _, cerr = check(int(fd)) }); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return cerr
+}
+
+// check verifies that fd is a sealed memfd named memfdName whose size fits
+// the format, and returns its size.
+func check(fd int) (int64, error) {
 	link, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 	if err != nil {
-		return nil, err
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if !strings.HasPrefix(link, "/memfd:") {
-		return nil, fmt.Errorf("%w: %s", ErrInvalid, link)
+	// An unlinked memfd reads "/memfd:NAME (deleted)".
+	if name, _, _ := strings.Cut(strings.TrimPrefix(link, "/memfd:"), " "); !strings.HasPrefix(link, "/memfd:") || name != memfdName {
+		return 0, fmt.Errorf("%w: %s, want /memfd:%s", ErrInvalid, link, memfdName)
 	}
 	got, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, os.NewSyscallError("fcntl F_GET_SEALS", err))
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, os.NewSyscallError("fcntl F_GET_SEALS", err))
 	}
 	if got&seals != seals {
-		return nil, fmt.Errorf("%w: seals %#x, want %#x", ErrInvalid, got, seals)
+		return 0, fmt.Errorf("%w: seals %#x, want %#x", ErrInvalid, got, seals)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, os.NewSyscallError("fstat", err)
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, os.NewSyscallError("fstat", err))
 	}
 	n := (st.Size - headerLen) / entryLen
 	if st.Size < headerLen+entryLen || n > MaxKeys || st.Size != headerLen+n*entryLen {
-		return nil, fmt.Errorf("%w: %d bytes", ErrInvalid, st.Size)
+		return 0, fmt.Errorf("%w: %d bytes", ErrInvalid, st.Size)
 	}
-	b := make([]byte, st.Size)
+	return st.Size, nil
+}
+
+// read checks that fd is a sealed memfd of Export and parses its keys.
+func read(fd int, now time.Time) ([]*key, error) {
+	size, err := check(fd)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, size)
 	defer clear(b)
 	if _, err := unix.Pread(fd, b, 0); err != nil {
 		return nil, os.NewSyscallError("pread", err)

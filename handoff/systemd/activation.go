@@ -34,10 +34,11 @@ type Activation struct {
 
 // passed is one checked fd and what the kernel says it is.
 type passed struct {
-	f    *os.File // from activation.Files; owned by the Activation until taken
-	fd   int
-	name string
-	sock reuseport.Socket
+	f       *os.File // from activation.Files; owned by the Activation until taken
+	fd      int
+	name    string
+	sock    reuseport.Socket // the zero Socket when tickets
+	tickets bool             // a memfd of ticket.Keys.Export named ticket.FDName, not a socket
 }
 
 var (
@@ -63,8 +64,14 @@ var (
 // from a parent, and the fds numbered in them are not ours. On error no fd is
 // handed out; the fds that were checked stay open, close-on-exec.
 //
+// One fd may be no socket: the one named ticket.FDName (zerodrop-tickets),
+// the session-ticket keys zerodrop.Serve keeps in the fd store, which must be
+// a memfd of ticket.Keys.Export (ticket.Check: its name, seals and size) and
+// is handed out by Tickets only.
+//
 // Errors are *EnvError (ErrListenPID, ErrListenFDs, ErrListenFDNames) or, joined
-// with errors.Join, one *FDError per bad fd (ErrFDMissing, ErrNotSocket).
+// with errors.Join, one *FDError per bad fd (ErrFDMissing, ErrNotSocket,
+// ErrTickets).
 func Activated() (*Activation, error) {
 	once.Do(func() {
 		activated, actErr = activate(os.Getenv, os.Getpid(), activation.Files)
@@ -240,9 +247,41 @@ func (a *Activation) Available() []string {
 	defer a.mu.Unlock()
 	out := make([]string, len(a.fds))
 	for i, p := range a.fds {
+		if p.tickets {
+			out[i] = p.name + "=memfd"
+			continue
+		}
 		out[i] = p.name + "=" + p.sock.String()
 	}
 	return out
+}
+
+// Tickets returns, and removes from a, the memfd of session-ticket keys
+// named ticket.FDName (ticket.Keys.Export's, which zerodrop.Serve keeps in
+// the fd store), checked by Activated; ok is false when systemd passed none.
+// When systemd passed several (stores that were not replaced), the last,
+// the newest, is returned and the others are closed. The caller owns f: it
+// reads the keys with ticket.Keys.Import and closes it. A nil a has none.
+func (a *Activation) Tickets() (f *os.File, ok bool) {
+	if a == nil {
+		return nil, false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	kept := a.fds[:0]
+	for _, p := range a.fds {
+		switch {
+		case !p.tickets:
+			kept = append(kept, p)
+			continue
+		case f != nil:
+			f.Close()
+		}
+		f = p.f
+	}
+	clear(a.fds[len(kept):])
+	a.fds = kept
+	return f, f != nil
 }
 
 // Close closes the fds not taken yet (systemd keeps its own copies of activated

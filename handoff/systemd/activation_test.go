@@ -3,6 +3,7 @@ package systemd
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/ticket"
+	"golang.org/x/sys/unix"
 )
 
 // runReport runs the report helper with files as fds 3.. and env; through the
@@ -130,5 +133,82 @@ func TestActivatedTake(t *testing.T) {
 				t.Fatalf("got  %+v\nwant %+v", got, want)
 			}
 		})
+	})
+}
+
+// ticketMemfd returns a memfd of fresh session-ticket keys (ticket.Keys.Export).
+func ticketMemfd(t *testing.T) *os.File {
+	t.Helper()
+	k, err := ticket.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	f, err := k.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// TestActivatedTickets: the memfd of session-ticket keys that zerodrop.Serve
+// keeps in the fd store comes back at the next start beside the sockets,
+// named zerodrop-tickets: Activated accepts it (not a socket, but a sealed
+// memfd of ticket.Keys.Export), Tickets hands it out and its keys import,
+// and no take by name or address returns it as a socket. Anything else under
+// that name is ErrTickets, and the memfd under a socket's name ErrNotSocket.
+func TestActivatedTickets(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		addr, lf := listenFile(t)
+		keys := ticketMemfd(t)
+		reg, err := os.Create(filepath.Join(t.TempDir(), "regular"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reg.Close()
+		fd, err := unix.MemfdCreate(ticket.FDName, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unsealed := os.NewFile(uintptr(fd), "unsealed")
+		defer unsealed.Close()
+		if _, err := io.Copy(unsealed, io.NewSectionReader(keys, 0, 1<<10)); err != nil {
+			t.Fatal(err)
+		}
+		names := "LISTEN_FDNAMES=http:" + ticket.FDName
+		avail := []string{"http=tcp4:" + addr, ticket.FDName + "=memfd"}
+		cases := []struct {
+			name  string
+			files []*os.File
+			env   []string
+			want  report
+		}{
+			{"the keys beside a socket", []*os.File{lf, keys}, []string{"LISTEN_FDS=2", names, envTake + "=http,tcp,"},
+				report{CloExec: []bool{true, true, false}, Available: avail, Tickets: "keys=1", Took: addr}},
+			{"no take by address returns them", []*os.File{keys, lf}, []string{"LISTEN_FDS=2", "LISTEN_FDNAMES=" + ticket.FDName + ":http", envTake + "=,tcp," + addr},
+				report{CloExec: []bool{true, true, false}, Available: []string{avail[1], avail[0]}, Tickets: "keys=1", Took: addr}},
+			{"a regular file named zerodrop-tickets", []*os.File{lf, reg}, []string{"LISTEN_FDS=2", names},
+				report{Is: []string{"ErrTickets"}, Types: []string{"FDError activate fd=4 name=" + ticket.FDName}, CloExec: []bool{true, true, false}}},
+			{"an unsealed memfd", []*os.File{lf, unsealed}, []string{"LISTEN_FDS=2", names},
+				report{Is: []string{"ErrTickets"}, Types: []string{"FDError activate fd=4 name=" + ticket.FDName}, CloExec: []bool{true, true, false}}},
+			{"a socket named zerodrop-tickets", []*os.File{lf}, []string{"LISTEN_FDS=1", "LISTEN_FDNAMES=" + ticket.FDName},
+				report{Is: []string{"ErrTickets"}, Types: []string{"FDError activate fd=3 name=" + ticket.FDName}, CloExec: []bool{true, false, false}}},
+			{"the keys under another name", []*os.File{lf, keys}, []string{"LISTEN_FDS=2", "LISTEN_FDNAMES=http:keys"},
+				report{Is: []string{"ErrNotSocket"}, Types: []string{"FDError activate fd=4 name=keys"}, CloExec: []bool{true, true, false}}},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				got := runReport(t, c.files, c.env...)
+				if got.Err == "" && c.want.Is != nil {
+					t.Fatalf("Activated returned no error, want %v", c.want.Is)
+				}
+				t.Logf("error: %s%s", got.Err, got.TakeErr)
+				got.Err, got.TakeErr = "", ""
+				if !reflect.DeepEqual(got, c.want) {
+					t.Fatalf("got  %+v\nwant %+v", got, c.want)
+				}
+			})
+		}
 	})
 }

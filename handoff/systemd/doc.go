@@ -12,7 +12,7 @@
 // any out: it must be open, be a socket, and gets FD_CLOEXEC. Each bad
 // variable or fd is its own typed error (*EnvError, *FDError) matching one
 // sentinel (ErrListenPID, ErrListenFDs, ErrListenFDNames, ErrFDMissing,
-// ErrNotSocket); nothing is dropped silently, unlike go-systemd's Files
+// ErrNotSocket, ErrTickets); nothing is dropped silently, unlike go-systemd's Files
 // (which returns nil for a bad variable) and Listeners. Take hands out one fd at a time, by
 // FileDescriptorName= (LISTEN_FDNAMES) or by local address, and checks its kind
 // (listening TCP, UDP, unix); Listener also turns it into a net.Listener and,
@@ -63,6 +63,14 @@
 //   - NotifyAccess=all when a process other than the main one (a successor,
 //     an ExecReload= command) sends notifications or stores fds; "main", the
 //     Type=notify default, accepts only the main process.
+//
+// One stored fd is not a socket: zerodrop.Serve keeps its TLS session-ticket
+// keys there, as a sealed memfd (package ticket) named zerodrop-tickets
+// (ticket.FDName), so that a client resumes its session after a restart.
+// Activated accepts an fd of that name only if ticket.Check does (a memfd of
+// that name, sealed against any change, of a size of the keys' format) and
+// hands it out through Tickets only, never as a socket; anything else under
+// that name is ErrTickets. Count it in FileDescriptorStoreMax=.
 //
 // See examples/systemd for a .socket and a Type=notify .service.
 //

@@ -21,6 +21,9 @@ var (
 	// ErrNotSocket: a passed fd is open but is not a socket (a regular file,
 	// a pipe, ...).
 	ErrNotSocket = errors.New("passed fd is not a socket")
+	// ErrTickets: the fd named ticket.FDName (zerodrop-tickets) is not a
+	// memfd of session-ticket keys (ticket.Check: name, seals, size).
+	ErrTickets = errors.New("passed fd is not a sealed session-ticket memfd")
 	// ErrKind: a passed socket is not what the caller asked for (network,
 	// listening state) or its local address differs from the one asked.
 	ErrKind = errors.New("passed socket does not match")
@@ -52,7 +55,7 @@ type FDError struct {
 	Op   string // "activate" or "take"
 	FD   int    // the fd number
 	Name string // its LISTEN_FDNAMES entry ("" when none)
-	Kind error  // the sentinel: ErrFDMissing, ErrNotSocket, ErrKind or ErrNotFound
+	Kind error  // the sentinel: ErrFDMissing, ErrNotSocket, ErrTickets, ErrKind or ErrNotFound
 	Err  error  // the underlying cause (an *os.SyscallError, a description), or nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/ticket"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,6 +44,13 @@ func (p *passed) check(want int) error {
 	if err := unix.Fstat(p.fd, &st); err != nil {
 		return fail(ErrFDMissing, os.NewSyscallError("fstat", err))
 	}
+	if p.name == ticket.FDName { // the session-ticket keys, from the fd store
+		if err := ticket.Check(p.f); err != nil {
+			return fail(ErrTickets, err)
+		}
+		p.tickets = true
+		return nil
+	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		return fail(ErrNotSocket, fmt.Errorf("file type %s", linux.FileType(st.Mode)))
 	}
@@ -57,6 +65,9 @@ func (p *passed) check(want int) error {
 // matches returns nil when the socket is of network's kind and bound to
 // address, or why not.
 func (p passed) matches(network, address string) error {
+	if p.tickets {
+		return fmt.Errorf("%s is a memfd, not a socket", ticket.FDName)
+	}
 	s := &p.sock
 	if network != "" {
 		have := s.Network()
@@ -108,4 +119,11 @@ func sameAddr(s *reuseport.Socket, address string) (bool, error) {
 		return have.Addr().IsUnspecified(), nil
 	}
 	return want.Unmap() == have.Addr().Unmap(), nil
+}
+
+// isSocket reports whether fd is a socket (a stored memfd of session-ticket
+// keys is not: package shared marks only sockets).
+func isSocket(fd int) bool {
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK
 }

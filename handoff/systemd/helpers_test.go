@@ -18,6 +18,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"github.com/zerodrop/zerodrop/ticket"
 	"golang.org/x/sys/unix"
 )
 
@@ -67,6 +68,7 @@ type report struct {
 	Env       string   `json:"env"`       // LISTEN_* after Activated
 	CloExec   []bool   `json:"cloexec"`   // FD_CLOEXEC of fds 3..5 after Activated
 	Available []string `json:"available"` // a.Available() before the take
+	Tickets   string   `json:"tickets"`   // what a.Tickets() gave: "", "keys=N" imported, or the import's error
 	TakeErr   string   `json:"take_err"`
 	TakeIs    []string `json:"take_is"`
 	TakeTypes []string `json:"take_types"`
@@ -78,7 +80,7 @@ var sentinels = []struct {
 	err  error
 }{
 	{"ErrListenPID", ErrListenPID}, {"ErrListenFDs", ErrListenFDs}, {"ErrListenFDNames", ErrListenFDNames},
-	{"ErrFDMissing", ErrFDMissing}, {"ErrNotSocket", ErrNotSocket}, {"ErrKind", ErrKind}, {"ErrNotFound", ErrNotFound},
+	{"ErrFDMissing", ErrFDMissing}, {"ErrNotSocket", ErrNotSocket}, {"ErrTickets", ErrTickets}, {"ErrKind", ErrKind}, {"ErrNotFound", ErrNotFound},
 }
 
 func matching(err error) (is, types []string) {
@@ -132,6 +134,9 @@ func helperReport() {
 		r.CloExec = append(r.CloExec, err == nil && flags&unix.FD_CLOEXEC != 0)
 	}
 	r.Available = a.Available()
+	if f, ok := a.Tickets(); ok {
+		r.Tickets = importTickets(f)
+	}
 	if t := os.Getenv(envTake); t != "" {
 		p := strings.Split(t, ",")
 		l, err := a.Listener(context.Background(), p[0], p[1], p[2], nil)
@@ -146,6 +151,20 @@ func helperReport() {
 		r.Err += " close: " + err.Error()
 	}
 	json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// importTickets reads the keys of f into fresh Keys, and closes f.
+func importTickets(f *os.File) string {
+	defer f.Close()
+	k, err := ticket.New()
+	if err != nil {
+		return err.Error()
+	}
+	defer k.Close()
+	if err := k.Import(f); err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("keys=%d", k.Len())
 }
 
 // helperServe is a service generation started with its listener passed the

@@ -144,7 +144,7 @@ func (n *Notifier) Store(name string, conn syscall.Conn) error {
 	}
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
-		if serr = send(n.Socket, msg, int(fd)); serr == nil {
+		if serr = send(n.Socket, msg, int(fd)); serr == nil && isSocket(int(fd)) {
 			shared.Mark(int(fd), shared.Systemd) // systemd holds it now; drain releases it
 		}
 	}); err != nil {

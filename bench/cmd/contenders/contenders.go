@@ -62,6 +62,8 @@ type runEnv struct {
 type handshakeCount struct {
 	Full    atomic.Int64 `json:"-"`
 	Resumed atomic.Int64 `json:"-"`
+	// cpu follows the workers' CPU time ("ready <pid>", "cpu <pid> <ns>").
+	cpu cpuTrack
 }
 
 // binFor returns the binary that runs worker mode: workerBin-mode if it

@@ -69,7 +69,13 @@
 // kept alive with -keepalive. Each Go worker counts the handshakes it served,
 // full and resumed (the server's DidResume), and results.md adds a table of
 // them: the share of reconnections that resumed, and full handshakes per
-// restart. zd-tickets is zd-handoff whose session-ticket keys go to the
+// restart; and of the workers' CPU time (user + system: /proc/PID/stat of
+// the run's PID namespace, mounted in the run child, while a worker runs,
+// and what it reports at exit, "cpu <pid> <ns>" from getrusage): µs per
+// request in the steady phase (from half the lead until the first
+// restart), CPU per restart (the phase from the first restart until the
+// tail's end, divided by the restarts), and the excess per restart (that
+// minus what the phase's requests cost at the steady rate). zd-tickets is zd-handoff whose session-ticket keys go to the
 // successor (handoff.Config.TicketKeys, worker.EnvTickets), so that its
 // clients resume across restarts. zd-handoff's worker then hands no
 // connection over (TLS connections cannot be passed): its predecessor drains

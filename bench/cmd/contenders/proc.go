@@ -85,7 +85,8 @@ func startProc(cmd *exec.Cmd) (*proc, error) {
 }
 
 // readReady sends the pid of every "ready <pid> <gen>" line of r to lines,
-// and adds the handshakes of every "tls <pid> <full> <resumed>" line to hs,
+// and adds the handshakes of every "tls <pid> <full> <resumed>" line to hs
+// (and the pids and "cpu <pid> <ns>" of the workers to hs.cpu),
 // until every writer has closed the pipe. A full channel drops lines: nobody
 // waits for them.
 func readReady(r *os.File, lines chan<- int, hs *handshakeCount) {
@@ -102,10 +103,19 @@ func readReady(r *os.File, lines chan<- int, hs *handshakeCount) {
 			}
 			continue
 		}
+		if len(f) == 3 && f[0] == "cpu" {
+			pid, perr := strconv.Atoi(f[1])
+			ns, nerr := strconv.ParseInt(f[2], 10, 64)
+			if perr == nil && nerr == nil {
+				hs.cpu.exited(pid, ns)
+			}
+			continue
+		}
 		if len(f) < 2 || f[0] != "ready" {
 			continue
 		}
 		if pid, err := strconv.Atoi(f[1]); err == nil {
+			hs.cpu.see(pid)
 			select {
 			case lines <- pid:
 			default:

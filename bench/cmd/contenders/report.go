@@ -66,13 +66,24 @@ type summary struct {
 	// reconnections (every handshake but each client's first: Concurrency
 	// per repetition), FullPerRestart is (full - Concurrency per
 	// repetition) / restarts.
-	HandshakesFull    int64    `json:"handshakes_full,omitempty"`
-	HandshakesResumed int64    `json:"handshakes_resumed,omitempty"`
-	TLSReps           int      `json:"tls_reps,omitempty"`
-	ResumedShare      float64  `json:"resumed_share,omitempty"`
-	FullPerRestart    float64  `json:"full_handshakes_per_restart,omitempty"`
-	Skipped           string   `json:"skipped,omitempty"`
-	Errors            []string `json:"errors,omitempty"`
+	HandshakesFull    int64   `json:"handshakes_full,omitempty"`
+	HandshakesResumed int64   `json:"handshakes_resumed,omitempty"`
+	TLSReps           int     `json:"tls_reps,omitempty"`
+	ResumedShare      float64 `json:"resumed_share,omitempty"`
+	FullPerRestart    float64 `json:"full_handshakes_per_restart,omitempty"`
+	// The Go workers' CPU time (user + system), over the repetitions that
+	// report it (CPUReps): CPUSteady is µs of CPU per request answered in
+	// the steady phase; CPUPerRestart the restart phase's CPU / restarts
+	// (ms), and CPUExcessPerRestart that minus what its requests cost at
+	// the steady rate, / restarts (ms): what a restart cost beyond serving.
+	CPUReps             int      `json:"cpu_reps,omitempty"`
+	CPUSteady           float64  `json:"cpu_steady_ms_per_s,omitempty"`
+	CPUPerRestart       float64  `json:"cpu_ms_per_restart,omitempty"`
+	CPUExcessPerRestart float64  `json:"cpu_excess_ms_per_restart,omitempty"`
+	cpu                 cpuUse   // summed over CPUReps
+	cpuRestarts         int      // the restarts of CPUReps
+	Skipped             string   `json:"skipped,omitempty"`
+	Errors              []string `json:"errors,omitempty"`
 }
 
 // summarize groups runs by contender and concurrency, in the order they ran.
@@ -111,6 +122,16 @@ func (s *summary) add(r runResult) {
 		s.HandshakesFull += h.Full
 		s.HandshakesResumed += h.Resumed
 		s.TLSReps++
+	}
+	if u := r.CPU; u != nil && r.Restarts > 0 {
+		s.cpu.SteadyNS += u.SteadyNS
+		s.cpu.SteadyMS += u.SteadyMS
+		s.cpu.SteadyRequests += u.SteadyRequests
+		s.cpu.RestartsRequests += u.RestartsRequests
+		s.cpu.RestartsNS += u.RestartsNS
+		s.cpu.RestartsMS += u.RestartsMS
+		s.cpuRestarts += r.Restarts
+		s.CPUReps++
 	}
 	c := &s.Counters
 	d := r.Counters
@@ -179,6 +200,12 @@ func (s *summary) finish(runs []runResult) {
 	}
 	if s.TLSReps > 0 && s.Restarts > 0 {
 		s.FullPerRestart = float64(s.HandshakesFull-first) / float64(s.Restarts)
+	}
+	if u := s.cpu; s.CPUReps > 0 && u.SteadyRequests > 0 && s.cpuRestarts > 0 {
+		perReq := float64(u.SteadyNS) / float64(u.SteadyRequests) // ns of CPU per request
+		s.CPUSteady = perReq / 1e3
+		s.CPUPerRestart = float64(u.RestartsNS) / 1e6 / float64(s.cpuRestarts)
+		s.CPUExcessPerRestart = (float64(u.RestartsNS) - perReq*float64(u.RestartsRequests)) / 1e6 / float64(s.cpuRestarts)
 	}
 }
 
@@ -266,11 +293,16 @@ func writePool(w io.Writer, rows []summary) {
 // served, if any reported them.
 func writeHandshakes(w io.Writer, rows []summary) {
 	writeExtra(w, rows, func(s summary) bool { return s.TLSReps > 0 },
-		"TLS handshakes the Go workers served (server side: DidResume); reconnections = handshakes - c per repetition (each client's first is full), resumed share = resumed / reconnections, full per restart = (full - c per repetition) / restarts:",
-		"| contender | c | restarts | full | resumed | reconnections resumed | full handshakes per restart |",
+		"TLS handshakes the Go workers served (server side: DidResume); reconnections = handshakes - c per repetition (each client's first is full), resumed share = resumed / reconnections, full per restart = (full - c per repetition) / restarts. "+
+			"Server CPU (the workers' user + system time: /proc/PID/stat while they run, getrusage at exit): steady = µs of CPU per request answered from half the lead until the first restart; per restart = CPU from the first restart until the tail's end / restarts; excess = that minus what the phase's requests cost at the steady rate, / restarts (- when not reported):",
+		"| contender | c | restarts | full | resumed | reconnections resumed | full handshakes per restart | CPU steady µs/request | CPU per restart ms | CPU excess per restart ms |",
 		func(s summary) string {
-			return fmt.Sprintf("| %s | %d | %d | %d | %d | %.1f%% | %.1f |", s.Contender, s.Concurrency, s.Restarts,
-				s.HandshakesFull, s.HandshakesResumed, 100*s.ResumedShare, s.FullPerRestart)
+			cpu := "- | - | -"
+			if s.CPUReps > 0 {
+				cpu = fmt.Sprintf("%.1f | %.1f | %.1f", s.CPUSteady, s.CPUPerRestart, s.CPUExcessPerRestart)
+			}
+			return fmt.Sprintf("| %s | %d | %d | %d | %d | %.1f%% | %.1f | %s |", s.Contender, s.Concurrency, s.Restarts,
+				s.HandshakesFull, s.HandshakesResumed, 100*s.ResumedShare, s.FullPerRestart, cpu)
 		})
 }
 

@@ -286,8 +286,17 @@ func TestSummarizeHandshakes(t *testing.T) {
 		r.Handshakes = &handshakes{Full: full, Resumed: resumed}
 		return r
 	}
-	rows := summarize([]runResult{tlsRun("zd-handoff", 1, 216, 0), tlsRun("zd-tickets", 1, 16, 200),
-		tlsRun("zd-handoff", 2, 216, 4), tlsRun("zd-tickets", 2, 20, 196), fakeRun("naive", 16, 1, 0, 1)})
+	// zd-tickets reports its CPU, in each repetition: 100 ms for 1,000
+	// steady requests (100 µs each), then its 10 restarts using 1 s of
+	// CPU for 4,000 requests: 100 ms per restart, 60 beyond the 400 ms
+	// those requests cost at the steady rate.
+	cpuRun := func(r runResult) runResult {
+		r.CPU = &cpuUse{SteadyNS: 100e6, SteadyMS: 1000, SteadyRequests: 1000,
+			RestartsNS: 1e9, RestartsMS: 4000, RestartsRequests: 4000, WorkersSeen: 3}
+		return r
+	}
+	rows := summarize([]runResult{tlsRun("zd-handoff", 1, 216, 0), cpuRun(tlsRun("zd-tickets", 1, 16, 200)),
+		tlsRun("zd-handoff", 2, 216, 4), cpuRun(tlsRun("zd-tickets", 2, 20, 196)), fakeRun("naive", 16, 1, 0, 1)})
 	h, k := rows[0], rows[1]
 	if h.ResumedShare != 4.0/404 || h.FullPerRestart != 20 || k.ResumedShare != 396.0/400 || k.FullPerRestart != 0.2 {
 		t.Errorf("zd-handoff %v resumed, %v full per restart; zd-tickets %v, %v; want 4/404, 20; 396/400, 0.2",
@@ -296,8 +305,8 @@ func TestSummarizeHandshakes(t *testing.T) {
 	var md strings.Builder
 	writeMarkdown(&md, rows)
 	for _, want := range []string{
-		"| zd-handoff | 16 | 20 | 432 | 4 | 1.0% | 20.0 |",
-		"| zd-tickets | 16 | 20 | 36 | 396 | 99.0% | 0.2 |",
+		"| zd-handoff | 16 | 20 | 432 | 4 | 1.0% | 20.0 | - | - | - |",
+		"| zd-tickets | 16 | 20 | 36 | 396 | 99.0% | 0.2 | 100.0 | 100.0 | 60.0 |",
 	} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())

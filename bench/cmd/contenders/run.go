@@ -105,8 +105,11 @@ type runResult struct {
 	// Handshakes are the TLS handshakes the Go workers served (-tls, -h2),
 	// as they report them at exit.
 	Handshakes *handshakes `json:"handshakes,omitempty"`
-	Skipped    string      `json:"skipped,omitempty"`
-	Error      string      `json:"error,omitempty"`
+	// CPU is the Go workers' CPU time (user + system), steady and over
+	// the restarts (-tls, -h2), from /proc and their reports at exit.
+	CPU     *cpuUse `json:"cpu,omitempty"`
+	Skipped string  `json:"skipped,omitempty"`
+	Error   string  `json:"error,omitempty"`
 }
 
 // findSpec returns the contender named name.
@@ -185,6 +188,14 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 		}
 		defer unix.Unmount(env.bpfDir, unix.MNT_DETACH)
 	}
+	if env.clientTLS != nil { // the Go workers report their CPU in TLS runs
+		proc, unmount, err := procDir(dir)
+		if err != nil {
+			return fmt.Errorf("cpu: %w", err)
+		}
+		defer unmount()
+		env.tls.cpu.proc = proc
+	}
 	c := sp.make()
 	if err := c.start(ctx, env); err != nil {
 		return fmt.Errorf("%s: start: %w", sp.name, err)
@@ -212,7 +223,9 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	lctx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	go func() { r, err := g.Run(lctx); done <- ran{r, err} }()
-	took, rerr := schedule(ctx, s, c, g.Mark)
+	cpu := newCPUPhases(&env.tls.cpu, s.Lead, func() int64 { n, _ := g.Count(); return n })
+	took, rerr := schedule(ctx, s, c, cpu.mark(g.Mark))
+	cpu.finish()
 	// Counters before the load stops: abandoned clients' connections reset.
 	after, cerr := reuseport.ReadCounters()
 	stopLoad() // the requests in flight now are not counted: none is near a restart
@@ -224,6 +237,7 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	res.Restarts, res.RestartMS, res.Load, res.Counters = len(took), took, out.r, after.Sub(before)
 	if clientTLS != nil {
 		res.Handshakes = env.handshakes()
+		res.CPU = cpu.result() // the Go workers report it in TLS runs
 	}
 	for _, err := range []error{rerr, out.err, cerr, serr} {
 		if err != nil {

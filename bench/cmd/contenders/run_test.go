@@ -297,7 +297,7 @@ func TestRunH2load(t *testing.T) {
 }
 
 // checkHandshakes: the workers of a keep-alive TLS run reported a handshake
-// per connection dialled; with no request failed, zd-tickets's clients did a
+// per connection dialled, and their CPU time; with no request failed, zd-tickets's clients did a
 // full handshake only on their first connection (at most c, one per session
 // cache) and resumed every reconnection, and zd-handoff's resumed none.
 func checkHandshakes(t *testing.T, name string, res runResult, c int) {
@@ -306,7 +306,13 @@ func checkHandshakes(t *testing.T, name string, res runResult, c int) {
 	if h == nil {
 		t.Fatal("no handshakes reported")
 	}
-	t.Logf("handshakes: %d full, %d resumed", h.Full, h.Resumed)
+	t.Logf("handshakes: %d full, %d resumed; cpu %+v", h.Full, h.Resumed, res.CPU)
+	// The workers' CPU time: both phases sampled (the steady one may
+	// round to 0 ticks in its 100 ms), the restarts' from a report of each
+	// worker that exited and from /proc.
+	if u := res.CPU; res.Restarts > 0 && (u == nil || u.SteadyNS < 0 || u.RestartsNS <= 0 || u.WorkersSeen < res.Restarts) {
+		t.Errorf("CPU %+v after %d restarts: want both phases' CPU time, and a report from each worker that exited", u, res.Restarts)
+	}
 	if l.Failed != 0 {
 		return // a failed handshake drops its client's ticket
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 )
 
 // EnvTickets, when set, has the handoff worker hand its TLS session-ticket
@@ -31,9 +33,15 @@ func countHandshakes(cfg *tls.Config) {
 
 // logHandshakes tells the harness, on stdout, how many TLS handshakes this
 // worker served: "tls <pid> <full> <resumed>" (the harness sums them per
-// run).
+// run), and the CPU time it used: "cpu <pid> <ns>" (user + system,
+// getrusage RUSAGE_SELF; the harness sums it around restarts).
 func (w *Worker) logHandshakes() {
-	if w.TLS() {
-		fmt.Printf("tls %d %d %d\n", os.Getpid(), handshakes.full.Load(), handshakes.resumed.Load())
+	if !w.TLS() {
+		return
+	}
+	fmt.Printf("tls %d %d %d\n", os.Getpid(), handshakes.full.Load(), handshakes.resumed.Load())
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
+		fmt.Printf("cpu %d %d\n", os.Getpid(), ru.Utime.Nano()+ru.Stime.Nano())
 	}
 }
