@@ -69,8 +69,9 @@ func TestOtherUIDRefused(t *testing.T) {
 // generation 1 (root, allowing nobody) binds it and hands over to
 // generation 2, nobody (allowing root); a successor as root with the
 // default AllowUIDs then refuses generation 2, naming its pid and uid, and
-// generation 2 keeps serving. (It took over from nobody: SO_PEERCRED said
-// uid 0, generation 1's.)
+// generation 2 keeps serving, and Observe refuses it too. (It took over
+// from nobody, and Observe answered: SO_PEERCRED said uid 0, generation
+// 1's.)
 func TestPredecessorUIDIsTheTalkers(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
 		exe := netnstest.ExecutableCopy(t)
@@ -91,6 +92,9 @@ func TestPredecessorUIDIsTheTalkers(t *testing.T) {
 		}
 		gen1.Close()
 		before := netnstest.FDCount(t)
+		if st, _, err := Observe(context.Background(), path); !errors.Is(err, ErrPeerRefused) {
+			t.Errorf("Observe: %+v, %v; want ErrPeerRefused (generation 2 is nobody)", st, err)
+		}
 		u, err := New(context.Background(), Config{Path: path})
 		var pe *PeerError
 		if !errors.As(err, &pe) || !errors.Is(err, ErrPeerRefused) || pe.UID != nobody || int(pe.PID) != p.Cmd.Process.Pid {
