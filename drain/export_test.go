@@ -57,3 +57,12 @@ func SetTestHookFirstStep(f func(remote string, rounds int)) (restore func()) {
 	testHookFirstStep = f
 	return func() { testHookFirstStep = nil }
 }
+
+// SetTestHookGoAway makes f run when an HTTP/2 connection is given its first
+// step (before the probes, which delay its write), with the client's
+// address, until the returned func is called. Set it before the server
+// serves.
+func SetTestHookGoAway(f func(remote string)) (restore func()) {
+	testHookGoAway = f
+	return func() { testHookGoAway = nil }
+}

@@ -276,6 +276,9 @@ func (c *h2Conn) goAway() {
 		return
 	}
 	c.pending = firstStep(c.token)
+	if testHookGoAway != nil {
+		testHookGoAway(c.Conn.RemoteAddr().String())
+	}
 	go c.flushStep() // not under the caller: a client that does not read would block it
 }
 
@@ -311,6 +314,10 @@ func (c *h2Conn) writeStepLocked() {
 		testHookFirstStep(c.Conn.RemoteAddr().String(), c.rounds)
 	}
 }
+
+// testHookGoAway, if set by a test, runs when a connection is given its
+// first step (written once the probes allow), with the client's address.
+var testHookGoAway func(remote string)
 
 // testHookFirstStep, if set by a test, runs once the first step is
 // written to the client at remote, with how many probes were acked.

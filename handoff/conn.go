@@ -40,6 +40,15 @@ type conn struct {
 	// kept: the conversation outlives its handler (a successor that takes
 	// connections, see serverConfig.onReady).
 	kept atomic.Bool
+	// talkers, when set, checks the credentials of whoever wrote each byte
+	// read (SCM_CREDENTIALS: the socket has SO_PASSCRED, see dial); a read
+	// without them, or that it refuses, fails. SO_PEERCRED cannot do this
+	// for a dialling side: it names the process that called listen(),
+	// which for a handoff socket passed from generation to generation is
+	// generation 1, not the predecessor that talks.
+	talkers func(*unix.Ucred) error
+	// talker is the credentials of the first bytes read with talkers set.
+	talker *unix.Ucred
 }
 
 // Bounds of what frames being read may buffer: a frame's buffer starts at
@@ -301,7 +310,7 @@ func (c *conn) readBody(n int, fds *[]int, maxFDs int) (body []byte, held int, e
 // readFull fills p; fds arriving on the way are appended to *fds. It
 // returns how many bytes it read.
 func (c *conn) readFull(p []byte, fds *[]int, maxFDs int, header bool) (int, error) {
-	oob := make([]byte, unix.CmsgSpace(4*BatchFDs))
+	oob := make([]byte, unix.CmsgSpace(4*BatchFDs)+unix.CmsgSpace(unix.SizeofUcred))
 	defer c.waitingSince.Store(0)
 	for off := 0; off < len(p); {
 		var n, oobn, flags int
@@ -334,6 +343,11 @@ func (c *conn) readFull(p []byte, fds *[]int, maxFDs int, header bool) (int, err
 		if len(*fds) > maxFDs {
 			return off, &FrameError{Err: ErrFDCount, Detail: fmt.Sprintf("%d fds arrived, at most %d expected", len(*fds), maxFDs)}
 		}
+		if n > 0 && c.talkers != nil {
+			if err := c.checkTalker(oob[:oobn]); err != nil {
+				return off, err
+			}
+		}
 		if n == 0 {
 			if off == 0 && header {
 				return off, io.EOF
@@ -343,6 +357,30 @@ func (c *conn) readFull(p []byte, fds *[]int, maxFDs int, header bool) (int, err
 		off += n
 	}
 	return len(p), nil
+}
+
+// checkTalker checks, with c.talkers, the writer's credentials that came
+// with bytes read (the SCM_CREDENTIALS message in oob), and keeps the first
+// in c.talker.
+func (c *conn) checkTalker(oob []byte) error {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return os.NewSyscallError("parse control message", err)
+	}
+	for i := range msgs {
+		if msgs[i].Header.Level != unix.SOL_SOCKET || msgs[i].Header.Type != unix.SCM_CREDENTIALS {
+			continue
+		}
+		cred, err := unix.ParseUnixCredentials(&msgs[i])
+		if err != nil {
+			return os.NewSyscallError("parse SCM_CREDENTIALS", err)
+		}
+		if c.talker == nil {
+			c.talker = cred
+		}
+		return c.talkers(cred)
+	}
+	return fmt.Errorf("%w: bytes came without their writer's credentials (SO_PASSCRED)", ErrPeerRefused)
 }
 
 // parseRights extracts the fds of every SCM_RIGHTS message.

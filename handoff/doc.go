@@ -82,9 +82,15 @@
 //
 // # Security
 //
-// Both ends read the peer's credentials (SO_PEERCRED): by default only a
-// process with our effective UID may fetch fds, or serve them; Config.AllowUIDs
-// widens that. The first generation (or one whose predecessor sent no
+// Both ends check the peer's credentials: by default only a process with our
+// effective UID may fetch fds, or serve them; Config.AllowUIDs widens that.
+// The predecessor reads its successor's with SO_PEERCRED (the process that
+// connected). The successor cannot: on the dialling side SO_PEERCRED names
+// the process that called listen(), generation 1 once the handoff socket is
+// passed from generation to generation. It dials with SO_PASSCRED instead,
+// and checks the credentials the kernel attaches to every frame its
+// predecessor writes (SCM_CREDENTIALS: the writer's own pid, uid and gid,
+// which it cannot forge without CAP_SYS_ADMIN or CAP_SETUID). The first generation (or one whose predecessor sent no
 // handoff socket) creates the socket file mode 0600 under a temporary name and
 // renames it into place; later generations serve the socket they inherited, so
 // the file and its inode never change. New refuses a directory that group or others may write to, or that
@@ -285,7 +291,8 @@
 // so that a peer of another version is told "version". No frame may carry
 // generation 2^64-1 (its successor's would wrap to 0). The generation in the
 // successor's hello is informational (0); pid and uid in hellos are
-// informational too: each side trusts only SO_PEERCRED.
+// informational too: each side trusts only the kernel's credentials
+// (SO_PEERCRED, SCM_CREDENTIALS).
 //
 // # Limits
 //

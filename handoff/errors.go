@@ -102,7 +102,8 @@ func (e *RemoteError) Is(target error) bool {
 }
 
 // PeerError says who was refused: the process at the other end of the handoff
-// socket, by SO_PEERCRED.
+// socket, by the kernel's credentials of it (SO_PEERCRED of a successor,
+// SCM_CREDENTIALS of what a predecessor wrote).
 type PeerError struct {
 	PID      int32
 	UID, GID uint32

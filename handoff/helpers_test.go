@@ -44,6 +44,8 @@ const (
 	// answers each line with "gen <g> <state> <line>"; "die" exits
 	// (status 3) once a batch is received, before acking it.
 	envConns = "ZD_CONNS"
+	// ZD_ALLOW_UIDS: Config.AllowUIDs, comma-separated
+	envAllow = "ZD_ALLOW_UIDS"
 )
 
 func fdCount() int {
@@ -96,7 +98,15 @@ func app(base int) error {
 		os.Setenv("LISTEN_FDS", "1")
 		os.Setenv("LISTEN_FDNAMES", "http")
 	}
-	u, err := New(ctx, Config{Path: os.Getenv(envPath), PIDFile: os.Getenv(envPID), Listen: reuseport.Config{Migration: reuseport.MigrationIgnore}})
+	var allow []uint32
+	for _, s := range strings.FieldsFunc(os.Getenv(envAllow), func(r rune) bool { return r == ',' }) {
+		uid, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return err
+		}
+		allow = append(allow, uint32(uid))
+	}
+	u, err := New(ctx, Config{Path: os.Getenv(envPath), PIDFile: os.Getenv(envPID), AllowUIDs: allow, Listen: reuseport.Config{Migration: reuseport.MigrationIgnore}})
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/zerodrop/zerodrop/internal/sockdiag"
 	"github.com/zerodrop/zerodrop/sockets"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -247,11 +248,12 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 			c.Close()
 		}
 	}()
-	cred, err := c.peerCred()
+	// The predecessor's credentials are those of each frame it writes
+	// (conn.talkers); SO_PEERCRED names the process that bound the
+	// handoff socket, generation 1 once it was passed on.
+	c.talkers = func(cred *unix.Ucred) error { return allowed(cred, h.cfg.AllowUIDs) }
+	bound, err := c.peerCred()
 	if err != nil {
-		return err
-	}
-	if err := allowed(cred, h.cfg.AllowUIDs); err != nil {
 		return err
 	}
 	if hook := testHookHello.Load(); hook != nil {
@@ -266,8 +268,8 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	// conn.ctxErr has already wrapped ctx's error in a timeout that ctx's
 	// deadline caused (its timer may not have fired yet): that one is ours.
 	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-		err = &FrameError{Type: typeHello, Err: ErrNoAnswer, Detail: fmt.Sprintf("pid %d accepted no conversation within %v", cred.Pid, h.cfg.Timeout)}
-		h.log.Warn("predecessor does not answer; not starting a second lineage beside it", zap.String("event", "handoff.no_answer"), zap.Int32("peer_pid", cred.Pid), zap.Duration("timeout", h.cfg.Timeout))
+		err = &FrameError{Type: typeHello, Err: ErrNoAnswer, Detail: fmt.Sprintf("the handoff socket (bound by pid %d) accepted no conversation within %v", bound.Pid, h.cfg.Timeout)}
+		h.log.Warn("predecessor does not answer; not starting a second lineage beside it", zap.String("event", "handoff.no_answer"), zap.Int32("bound_by_pid", bound.Pid), zap.Duration("timeout", h.cfg.Timeout))
 	}
 	if err != nil {
 		return err
@@ -284,8 +286,13 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	}
 	h.in.version = f.Version
 	h.in.gen = f.Generation + 1
+	cred := c.talker // set: the hello was read
 	h.log.Info("connected to predecessor", zap.String("event", "handoff.connected"), zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid), zap.Uint64("generation", h.in.gen))
-	socks, err := h.receive(c, senderStart(f.PID))
+	pid := f.PID // in its PID namespace; the kernel's is in ours, 0 if it has none there
+	if cred.Pid > 0 {
+		pid = int(cred.Pid)
+	}
+	socks, err := h.receive(c, senderStart(pid))
 	h.in.socks = socks // also when the predecessor died mid-transfer: they are live sockets
 	if err != nil {
 		return err
@@ -516,9 +523,10 @@ func (h *handshake) receiveTickets(c *conn) error {
 }
 
 // senderStart is when the predecessor started, as /proc says, for drain's
-// holder scan (see shared.MarkReceived): pid is the one its hello gives
-// (SO_PEERCRED names the process that bound the handoff socket, an older
-// generation when the socket was passed on). It is used only when /proc
+// holder scan (see shared.MarkReceived): pid is the one the kernel gave with
+// its hello (SCM_CREDENTIALS), or, when it has none in our PID namespace, the
+// one its hello says (SO_PEERCRED names the process that bound the handoff
+// socket, an older generation when the socket was passed on). It is used only when /proc
 // numbers our PID namespace and that process started no later than us, as a
 // predecessor did; otherwise the bound is just after /proc's PID 1 started:
 // every process but that init counts, and the init can hold our socket only

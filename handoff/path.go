@@ -133,8 +133,12 @@ func checkOneDir(path, dir string, parent bool) error {
 // ctx's error alone: on a loaded machine the backoff's timer and ctx can both
 // be ready when dial runs, and the connect's deadline, ctx's, can pass before
 // ctx's own timer fires).
+//
+// The socket has SO_PASSCRED before it connects: every byte read from it
+// comes with its writer's credentials (see conn.talkers), also the bytes
+// the peer writes as it accepts.
 func dial(ctx context.Context, path string) (c *net.UnixConn, ok bool, err error) {
-	var d net.Dialer
+	d := net.Dialer{Control: passCred}
 	var full error // the last EAGAIN
 	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
 		nc, err := d.DialContext(ctx, "unix", path)
@@ -374,4 +378,16 @@ func commitPIDFile(tmp, path string) error {
 		return fmt.Errorf("write pid file: %w", err)
 	}
 	return nil
+}
+
+// passCred sets SO_PASSCRED on a socket about to connect (a net.Dialer's
+// Control).
+func passCred(_, _ string, rc syscall.RawConn) error {
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
+	}); err != nil {
+		return err
+	}
+	return os.NewSyscallError("setsockopt SO_PASSCRED", serr)
 }

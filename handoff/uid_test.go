@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"go.uber.org/zap"
@@ -59,6 +60,54 @@ func TestOtherUIDRefused(t *testing.T) {
 				t.Fatalf("request after the refusal: generation %d, %v", g, err)
 			}
 		})
+	})
+}
+
+// The predecessor whose UID a successor checks is the process that talks to
+// it, not the one that bound the handoff socket: SO_PEERCRED names that one
+// (generation 1), and the socket is passed on to each generation. Here
+// generation 1 (root, allowing nobody) binds it and hands over to
+// generation 2, nobody (allowing root); a successor as root with the
+// default AllowUIDs then refuses generation 2, naming its pid and uid, and
+// generation 2 keeps serving, and Observe refuses it too. (It took over
+// from nobody, and Observe answered: SO_PEERCRED said uid 0, generation
+// 1's.)
+func TestPredecessorUIDIsTheTalkers(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
+		exe := netnstest.ExecutableCopy(t)
+		path := fmt.Sprintf("@zerodrop-test-%d-talker", os.Getpid())
+		gen1 := mustReady(t, Config{Path: path, AllowUIDs: []uint32{nobody}}, 1)
+		defer gen1.Close()
+		p := netnstest.StartHelper(t, "app", netnstest.HelperOptions{Path: exe, Credential: &syscall.Credential{Uid: nobody, Gid: nobody},
+			Env: []string{envPath + "=" + path, envAllow + "=0"}})
+		a := &appProc{Proc: p, lines: lines(p.Stdout)}
+		f := a.expect(t, "ready")
+		if f[1] != "2" {
+			t.Fatalf("app: %v, want generation 2", f)
+		}
+		select {
+		case <-gen1.Exit():
+		case <-time.After(30 * time.Second):
+			t.Fatal("generation 1 not told to exit 30 s after generation 2 was ready")
+		}
+		gen1.Close()
+		before := netnstest.FDCount(t)
+		if st, _, err := Observe(context.Background(), path); !errors.Is(err, ErrPeerRefused) {
+			t.Errorf("Observe: %+v, %v; want ErrPeerRefused (generation 2 is nobody)", st, err)
+		}
+		u, err := New(context.Background(), Config{Path: path})
+		var pe *PeerError
+		if !errors.As(err, &pe) || !errors.Is(err, ErrPeerRefused) || pe.UID != nobody || int(pe.PID) != p.Cmd.Process.Pid {
+			if err == nil {
+				u.Close()
+			}
+			t.Fatalf("New: %v, want a *PeerError for generation 2, uid %d pid %d", err, nobody, p.Cmd.Process.Pid)
+		}
+		t.Logf("%v", err)
+		settleFDs(t, before)
+		if g, err := request(f[3]); err != nil || g != 2 {
+			t.Fatalf("request after the refusal: generation %d, %v; want 2", g, err)
+		}
 	})
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Status is what the process serving a handoff socket says about itself.
@@ -38,14 +40,11 @@ func Observe(ctx context.Context, path string) (st Status, ok bool, err error) {
 		return st, false, err
 	}
 	defer c.Close()
-	cred, err := c.peerCred()
-	if err == nil {
-		err = allowed(cred, nil)
-	}
-	if err == nil {
-		if err = c.send(&frame{Type: typeHello, Version: baseVersion, Role: roleObserver, PID: os.Getpid(), UID: uint32(os.Geteuid())}, nil); err != nil {
-			err = c.answeredFirst(err)
-		}
+	// The server's credentials are those of what it writes (see
+	// conn.talkers): SO_PEERCRED names the process that bound the socket.
+	c.talkers = func(cred *unix.Ucred) error { return allowed(cred, nil) }
+	if err = c.send(&frame{Type: typeHello, Version: baseVersion, Role: roleObserver, PID: os.Getpid(), UID: uint32(os.Geteuid())}, nil); err != nil {
+		err = c.answeredFirst(err)
 	}
 	var f *frame
 	if err == nil {
