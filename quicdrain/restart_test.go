@@ -67,6 +67,8 @@ type h3load struct {
 	resets, handshake, other int
 	byGen                    map[int]int
 	firstErr                 error
+
+	watch connWatch // how the client connections ended
 }
 
 func startH3Load(t *testing.T, url string, tlsConf *tls.Config, persistent, fresh int) *h3load {
@@ -84,7 +86,7 @@ func startH3Load(t *testing.T, url string, tlsConf *tls.Config, persistent, fres
 }
 
 func (l *h3load) transport() *http3.Transport {
-	return &http3.Transport{TLSClientConfig: l.tls, QUICConfig: &quic.Config{MaxIdleTimeout: 10 * time.Second}}
+	return &http3.Transport{TLSClientConfig: l.tls, QUICConfig: &quic.Config{MaxIdleTimeout: 10 * time.Second, Tracer: l.watch.tracer}}
 }
 
 func (l *h3load) client(fresh bool) {
@@ -183,8 +185,11 @@ func (l *h3load) stop() {
 func (l *h3load) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return fmt.Sprintf("%d requests answered, %d failed (%d stateless resets, %d handshake failures, %d other; first: %v)",
-		l.ok, l.failed, l.resets, l.handshake, l.other, l.firstErr)
+	w := &l.watch
+	return fmt.Sprintf("%d requests answered, %d failed (%d stateless resets, %d handshake failures, %d other; first: %v); "+
+		"%d connections opened, %d got a GOAWAY, %d closed: %d by a stateless reset, %d by the server before a GOAWAY, %d idle timeouts",
+		l.ok, l.failed, l.resets, l.handshake, l.other, l.firstErr,
+		w.opened.Load(), w.goaways.Load(), w.closed.Load(), w.resets.Load(), w.beforeGoAway.Load(), w.idle.Load())
 }
 
 // restarts runs the h3gen helper in mode through n restarts under the
@@ -250,34 +255,49 @@ func rounds(t *testing.T) int {
 	return n
 }
 
+// The HTTP/3 load of the restart tests: persistentConns clients POST back to
+// back on one connection each, freshConns open a new connection for each
+// POST.
+const persistentConns, freshConns = 200, 8
+
 // TestRestartUnderLoad restarts an HTTP/3 server 20 times (or
-// ZERODROP_QUIC_ROUNDS) while 16 clients POST back to back on one
-// connection each and 4 open a new connection for each POST: not one
-// request may fail (no stateless reset, no handshake failure), every
-// generation must hand over, and some ClientHellos must have taken two
-// Initial datagrams (Go's default X25519MLKEM768 key share).
+// ZERODROP_QUIC_ROUNDS) while 200 clients POST (not idempotent: quic-go's
+// client retries none that failed) back to back on one connection each and
+// 8 open a new connection for each POST: not one request may fail (no
+// stateless reset, no handshake failure); no client connection may end by a
+// stateless reset, an idle timeout, or a close by the server before a
+// GOAWAY reached it; every generation must hand over and force no
+// connection; some ClientHellos must have taken two Initial datagrams (Go's
+// default X25519MLKEM768 key share).
 func TestRestartUnderLoad(t *testing.T) {
 	n := rounds(t)
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		start := time.Now()
-		l, reports := restarts(t, "zerodrop", n, 16, 4)
+		l, reports := restarts(t, "zerodrop", n, persistentConns, freshConns)
 		t.Logf("%d restarts in %v: %s", n, time.Since(start).Round(time.Millisecond), l)
-		var multi, straddled, forwarded int64
+		var multi, straddled, forwarded, told int64
 		for _, r := range reports {
 			t.Log(r)
 			multi += reportValue(t, r, "multi")
 			straddled += reportValue(t, r, "straddled")
 			forwarded += reportValue(t, r, "forwarded")
+			told += reportValue(t, r, "told")
 			if !strings.Contains(r, "handover=ok") || !strings.Contains(r, "forced=0") {
 				t.Errorf("report %q: want handover=ok, forced=0", r)
 			}
 		}
-		t.Logf("connections whose Initials took more than one datagram: %d; Initials forwarded by the table: %d; datagrams forwarded: %d", multi, straddled, forwarded)
-		if l.failed != 0 {
+		t.Logf("connections whose Initials took more than one datagram: %d; Initials forwarded by the table: %d; datagrams forwarded: %d; connections told to go away: %d",
+			multi, straddled, forwarded, told)
+		w := &l.watch
+		if l.failed != 0 || w.resets.Load() != 0 || w.beforeGoAway.Load() != 0 || w.idle.Load() != 0 {
 			t.Errorf("%s", l)
 		}
 		if multi == 0 {
 			t.Errorf("no connection sent its ClientHello in more than one Initial datagram")
+		}
+		// every generation told its persistent connections; the clients saw it
+		if told < int64(n*persistentConns) || w.goaways.Load() < int64(n*persistentConns) {
+			t.Errorf("%d connections told to go away, %d GOAWAYs seen by clients; want at least %d", told, w.goaways.Load(), n*persistentConns)
 		}
 	})
 }
@@ -285,13 +305,14 @@ func TestRestartUnderLoad(t *testing.T) {
 // TestNaiveRestartLoses is the control: the successor runs quic-go on the
 // inherited socket (what users do today, with the fixed stateless reset key
 // quic-go recommends), and the predecessor shuts its HTTP/3 server down
-// gracefully. Requests must fail and clients must see stateless resets, or
-// the test could not see the loss TestRestartUnderLoad exists for.
+// gracefully. Under the same load, requests must fail and clients must see
+// stateless resets, or the test could not see the loss TestRestartUnderLoad
+// exists for.
 func TestNaiveRestartLoses(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
-		l, _ := restarts(t, "naive", 3, 16, 4)
+		l, _ := restarts(t, "naive", 3, persistentConns, freshConns)
 		t.Logf("naive, 3 restarts: %s", l)
-		if l.failed == 0 || l.resets == 0 {
+		if l.failed == 0 || int64(l.resets)+l.watch.resets.Load() == 0 {
 			t.Errorf("the naive restart lost nothing, or saw no stateless reset: %s", l)
 		}
 	})
