@@ -19,6 +19,7 @@ import (
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	quicdrain "github.com/zerodrop/zerodrop/quicdrain"
+	"github.com/zerodrop/zerodrop/reuseport"
 	"testing"
 )
 
@@ -27,6 +28,13 @@ func TestMain(m *testing.M) {
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }
+
+// The timeouts of the restart tests bound a hang, not a speed: on a loaded
+// machine (and with -race) 200 connections' handshakes take seconds.
+const (
+	idleTimeout = 30 * time.Second // server and clients
+	grace       = 45 * time.Second // a generation's HTTP3.Shutdown (under netnstest.Expect's 60 s)
+)
 
 // Environment of the "h3gen" helper.
 const (
@@ -61,7 +69,10 @@ func h3gen() error {
 	if err != nil {
 		return err
 	}
-	u, err := handoff.New(ctx, handoff.Config{Path: os.Getenv(envHandoff)})
+	// quic-go may not resize the socket's buffers (see fixedBuffers): size
+	// the receive buffer here, or a burst overflows it and clients' packets
+	// are lost (QUIC resends them; a lost CONNECTION_CLOSE is not).
+	u, err := handoff.New(ctx, handoff.Config{Path: os.Getenv(envHandoff), Listen: reuseport.Config{Options: reuseport.Options{RecvBuffer: 2 << 20}}})
 	if err != nil {
 		return err
 	}
@@ -69,7 +80,7 @@ func h3gen() error {
 	gen := u.Generation()
 	srv := &http3.Server{
 		TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
-		QUICConfig: &quic.Config{MaxIdleTimeout: 10 * time.Second},
+		QUICConfig: &quic.Config{MaxIdleTimeout: idleTimeout, Tracer: refusals.tracer},
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n, _ := io.Copy(io.Discard, r.Body)
 			fmt.Fprintf(w, "gen %d %d", gen, n)
@@ -96,10 +107,11 @@ func h3gen() error {
 	if err := waitSuccessor(u, hup); err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
+	refusals.draining.Store(true)
 	rep := h3.Shutdown(sctx)
-	fmt.Printf("report %d %s\n", gen, reportJSON(rep))
+	fmt.Printf("report %d %s refused=%d refused_draining=%d\n", gen, reportJSON(rep), refusals.serving.Load(), refusals.drain.Load())
 	return nil
 }
 
@@ -124,7 +136,7 @@ func naive(ctx context.Context, u *handoff.Upgrader, srv *http3.Server, hup chan
 	if err := waitSuccessor(u, hup); err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
 	srv.Shutdown(sctx)
 	tr.Close()
