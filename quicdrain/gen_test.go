@@ -11,11 +11,13 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"github.com/zerodrop/zerodrop"
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	quicdrain "github.com/zerodrop/zerodrop/quicdrain"
@@ -69,6 +71,18 @@ func h3gen() error {
 	if err != nil {
 		return err
 	}
+	var gen atomic.Uint64
+	srv := &http3.Server{
+		TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
+		QUICConfig: &quic.Config{MaxIdleTimeout: idleTimeout, Tracer: refusals.tracer},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, "gen %d %d", gen.Load(), n)
+		}),
+	}
+	if os.Getenv(envMode) == "serve" {
+		return serve(ctx, srv, &gen)
+	}
 	// quic-go may not resize the socket's buffers (see fixedBuffers): size
 	// the receive buffer here, or a burst overflows it and clients' packets
 	// are lost (QUIC resends them; a lost CONNECTION_CLOSE is not).
@@ -77,15 +91,7 @@ func h3gen() error {
 		return err
 	}
 	defer u.Close()
-	gen := u.Generation()
-	srv := &http3.Server{
-		TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
-		QUICConfig: &quic.Config{MaxIdleTimeout: idleTimeout, Tracer: refusals.tracer},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n, _ := io.Copy(io.Discard, r.Body)
-			fmt.Fprintf(w, "gen %d %d", gen, n)
-		}),
-	}
+	gen.Store(u.Generation())
 	if os.Getenv(envMode) == "naive" {
 		return naive(ctx, u, srv, hup)
 	}
@@ -103,7 +109,7 @@ func h3gen() error {
 	if err := g.Start(ctx); err != nil {
 		return err
 	}
-	fmt.Printf("ready %d %d\n", gen, os.Getpid())
+	fmt.Printf("ready %d %d\n", gen.Load(), os.Getpid())
 	if err := waitSuccessor(u, hup); err != nil {
 		return err
 	}
@@ -111,7 +117,35 @@ func h3gen() error {
 	defer cancel()
 	refusals.draining.Store(true)
 	rep := h3.Shutdown(sctx)
-	fmt.Printf("report %d %s refused=%d refused_draining=%d\n", gen, reportJSON(rep), refusals.serving.Load(), refusals.drain.Load())
+	fmt.Printf("report %d %s refused=%d refused_draining=%d\n", gen.Load(), reportJSON(rep), refusals.serving.Load(), refusals.drain.Load())
+	return nil
+}
+
+// serve is the generation run by quicdrain.Serve: HTTP/1 and HTTP/2 over
+// TCP and HTTP/3 over UDP on the same port; SIGHUP starts the successor
+// (zerodrop.Options.Successor).
+func serve(ctx context.Context, srv *http3.Server, gen *atomic.Uint64) error {
+	hs := &http.Server{Handler: srv.Handler, TLSConfig: srv.TLSConfig.Clone()}
+	hs.TLSConfig.NextProtos = nil
+	rep, err := quicdrain.Serve(ctx, hs, []string{os.Getenv(envAddr)}, quicdrain.ServeOptions{
+		Options: zerodrop.Options{Handoff: os.Getenv(envHandoff), Grace: grace,
+			Listen: reuseport.Config{Options: reuseport.Options{RecvBuffer: 2 << 20}},
+			Successor: func() *exec.Cmd {
+				cmd := exec.Command(os.Args[0], os.Args[1:]...)
+				cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+				return cmd
+			},
+			OnListen: func(g uint64, _ []net.Addr) { gen.Store(g) },
+			OnServing: func(g uint64, _ []net.Addr) {
+				fmt.Printf("ready %d %d\n", g, os.Getpid())
+			}},
+		Config: quicdrain.Config{Dir: os.Getenv(envDir)},
+		QUIC:   srv.QUICConfig,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("report %d %s cause=%s\n", gen.Load(), reportJSON(rep.HTTP3[0]), strings.ReplaceAll(rep.Cause, " ", "_"))
 	return nil
 }
 

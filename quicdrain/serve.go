@@ -20,7 +20,7 @@ import (
 type ServeOptions struct {
 	// Options configures the generation (zerodrop.Open) and the TCP
 	// drains: Serve reads Handoff (required), Grace, Delay, Logger,
-	// OnServing and what Open reads.
+	// OnReport, OnListen, OnServing and what Open reads.
 	zerodrop.Options
 	// Config configures each address's QUIC generation (Dir is required;
 	// Name is suffixed with the address's index).
@@ -80,6 +80,9 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts ServeOpti
 	}
 	defer gen.Close()
 	s := &served{rep: &ServeReport{Generation: gen.Number()}, first: make(chan error, 2*len(addrs))}
+	if opts.OnListen != nil {
+		opts.OnListen(gen.Number(), gen.Addrs())
+	}
 	if err := s.listen(ctx, gen, srv, addrs, opts); err != nil {
 		s.close()
 		return nil, err

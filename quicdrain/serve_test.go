@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,5 +101,28 @@ func TestServeAltSvc(t *testing.T) {
 			t.Errorf("HTTP/3 report %+v: want 1 connection told, none forced", h)
 		}
 		t.Logf("cause %q; TCP %+v; HTTP/3 %+v", r.rep.Cause, r.rep.TCP[0], r.rep.HTTP3[0])
+	})
+}
+
+// TestServeRestart restarts a service run by Serve 5 times (SIGHUP: the
+// successor takes the TCP listener and the UDP socket through the handoff)
+// while 16 HTTP/3 clients POST back to back and 4 open a new connection
+// for each POST: no request fails, no connection ends by a stateless
+// reset, an idle timeout or a close by the server; every generation hands
+// over and forces no connection.
+func TestServeRestart(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		l, reports := restarts(t, "serve", 5, 16, 4)
+		t.Logf("Serve, 5 restarts: %s", l)
+		for _, r := range reports {
+			t.Log(r)
+			if !strings.Contains(r, "handover=ok") || !strings.Contains(r, "forced=0") || !strings.Contains(r, "cause=successor_ready") {
+				t.Errorf("report %q: want handover=ok, forced=0, cause successor ready", r)
+			}
+		}
+		w := &l.watch
+		if l.failed != 0 || w.resets.Load() != 0 || w.byServer.Load() != 0 || w.idle.Load() != 0 {
+			t.Errorf("%s", l)
+		}
 	})
 }
