@@ -35,7 +35,9 @@ func TestMain(m *testing.M) {
 // machine (and with -race) 200 connections' handshakes take seconds.
 const (
 	idleTimeout = 30 * time.Second // server and clients
-	grace       = 45 * time.Second // a generation's HTTP3.Shutdown (under netnstest.Expect's 60 s)
+	// a successor's wait for the predecessor's handover (default 2 s)
+	handoverTimeout = 30 * time.Second
+	grace           = 45 * time.Second // a generation's HTTP3.Shutdown (under netnstest.Expect's 60 s)
 )
 
 // Environment of the "h3gen" helper.
@@ -74,7 +76,7 @@ func h3gen() error {
 	var gen atomic.Uint64
 	srv := &http3.Server{
 		TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
-		QUICConfig: &quic.Config{MaxIdleTimeout: idleTimeout, Tracer: refusals.tracer},
+		QUICConfig: &quic.Config{MaxIdleTimeout: idleTimeout, HandshakeIdleTimeout: idleTimeout, Tracer: refusals.tracer},
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n, _ := io.Copy(io.Discard, r.Body)
 			fmt.Fprintf(w, "gen %d %d", gen.Load(), n)
@@ -95,7 +97,7 @@ func h3gen() error {
 	if os.Getenv(envMode) == "naive" {
 		return naive(ctx, u, srv, hup)
 	}
-	g, err := quicdrain.Listen(ctx, u, "h3", "udp", os.Getenv(envAddr), quicdrain.Config{Dir: os.Getenv(envDir)})
+	g, err := quicdrain.Listen(ctx, u, "h3", "udp", os.Getenv(envAddr), quicdrain.Config{Dir: os.Getenv(envDir), HandoverTimeout: handoverTimeout})
 	if err != nil {
 		return err
 	}
@@ -139,7 +141,7 @@ func serve(ctx context.Context, srv *http3.Server, gen *atomic.Uint64) error {
 			OnServing: func(g uint64, _ []net.Addr) {
 				fmt.Printf("ready %d %d\n", g, os.Getpid())
 			}},
-		Config: quicdrain.Config{Dir: os.Getenv(envDir)},
+		Config: quicdrain.Config{Dir: os.Getenv(envDir), HandoverTimeout: handoverTimeout},
 		QUIC:   srv.QUICConfig,
 	})
 	if err != nil {

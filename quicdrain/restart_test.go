@@ -32,9 +32,9 @@ func reportJSON(r quicdrain.Report) string {
 	if r.HandoverError != nil {
 		herr = strings.ReplaceAll(r.HandoverError.Error(), " ", "_")
 	}
-	return fmt.Sprintf("read=%d own=%d received=%d forwarded=%d straddled=%d multi=%d dropped=%d handedover=%d handshakes=%d told=%d finished=%d forced=%d took=%s handover=%s drops=%d/%d/%d/%d/%d/%d bad=%d",
+	return fmt.Sprintf("read=%d own=%d received=%d forwarded=%d straddled=%d multi=%d dropped=%d handedover=%d handshakes=%d told=%d finished=%d forced=%d took=%s handover=%s drops=%d/%d/%d/%d/%d/%d bad=%d handover_timeouts=%d",
 		s.Read, s.Own, s.Received, s.Forwarded, s.Straddled, s.MultiInitial, s.Dropped(), s.HandedOver, r.Handshakes, r.Told, r.Finished, r.Forced, r.Took.Round(time.Millisecond), herr,
-		s.Malformed, s.Unknown, s.DropQueue, s.DropFull, s.DropGone, s.DropOther, s.BadForward)
+		s.Malformed, s.Unknown, s.DropQueue, s.DropFull, s.DropGone, s.DropOther, s.BadForward, s.HandoverTimeouts)
 }
 
 // reportValue reads key=value from a report line.
@@ -86,7 +86,7 @@ func startH3Load(t *testing.T, url string, tlsConf *tls.Config, persistent, fres
 }
 
 func (l *h3load) transport() *http3.Transport {
-	return &http3.Transport{TLSClientConfig: l.tls, QUICConfig: &quic.Config{MaxIdleTimeout: idleTimeout, Tracer: l.watch.tracer}}
+	return &http3.Transport{TLSClientConfig: l.tls, QUICConfig: &quic.Config{MaxIdleTimeout: idleTimeout, HandshakeIdleTimeout: idleTimeout, Tracer: l.watch.tracer}}
 }
 
 func (l *h3load) client(fresh bool) {
@@ -283,8 +283,8 @@ func TestRestartUnderLoad(t *testing.T) {
 			straddled += reportValue(t, r, "straddled")
 			forwarded += reportValue(t, r, "forwarded")
 			told += reportValue(t, r, "told")
-			if !strings.Contains(r, "handover=ok") || !strings.Contains(r, "forced=0") {
-				t.Errorf("report %q: want handover=ok, forced=0", r)
+			if !strings.Contains(r, "handover=ok") || !strings.Contains(r, "forced=0") || !strings.Contains(r, "handover_timeouts=0") {
+				t.Errorf("report %q: want handover=ok, forced=0, handover_timeouts=0", r)
 			}
 		}
 		t.Logf("connections whose Initials took more than one datagram: %d; Initials forwarded by the table: %d; datagrams forwarded: %d; connections told to go away: %d",
