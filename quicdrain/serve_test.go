@@ -23,9 +23,11 @@ import (
 // TestServeAltSvc serves one generation with Serve on 127.0.0.1:0: a
 // client over TCP (HTTP/2) finds Alt-Svc naming the port Open bound,
 // quic-go's http3 client then reaches the same handler over UDP on that
-// port; at the end of ctx both drain and the report says so.
+// port; at the end of ctx both drain and the report says so, and no fd or
+// goroutine is left.
 func TestServeAltSvc(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
 		cert := netnstest.NewCert(t)
 		dir := t.TempDir()
 		fwd := filepath.Join(dir, "fwd")
