@@ -85,6 +85,12 @@
 //	gctx, cancel := context.WithTimeout(ctx, grace)
 //	rep := h3.Shutdown(gctx)
 //
+// Serve runs a whole service: srv over TCP (HTTP/1 and HTTP/2, drained by
+// package drain) and over UDP on the same port number (HTTP/3, as above),
+// its TCP responses advertising HTTP/3 with an Alt-Svc header; the TCP
+// listeners come from zerodrop.Open and the UDP socket from the same
+// handoff, so one SIGHUP restarts both.
+//
 // # Limits
 //
 //   - A generation that dies (crash, SIGKILL) with connections left loses
@@ -103,7 +109,15 @@
 //   - quic-go must not resize the socket's buffers (the handoff refuses a
 //     socket whose options changed since they were declared): the Transport's
 //     conn ignores SetReadBuffer and SetWriteBuffer; size them in
-//     handoff.Config.Listen.
+//     handoff.Config.Listen (reuseport.Options.RecvBuffer; quic-go advises
+//     7 MB). With the kernel's default (208 KiB), 200 clients overflow it
+//     at a restart: QUIC resends what was dropped, except a client's
+//     CONNECTION_CLOSE, whose connection the old generation then keeps
+//     until its idle timeout (past the grace: forced).
+//   - Under heavy load, a successor may wait longer than
+//     Config.HandoverTimeout (2 s) for its predecessor to stop reading; it
+//     then drops the predecessor's datagrams as unknown (Stats.Unknown,
+//     HandoverTimeouts): raise it where the machine is overcommitted.
 //   - Connection IDs the client chose are routed by the table only: a
 //     client's Initial retransmitted after Config.HandshakeTTL goes to the
 //     newest generation.

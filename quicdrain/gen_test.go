@@ -11,14 +11,17 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"github.com/zerodrop/zerodrop"
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	quicdrain "github.com/zerodrop/zerodrop/quicdrain"
+	"github.com/zerodrop/zerodrop/reuseport"
 	"testing"
 )
 
@@ -27,6 +30,15 @@ func TestMain(m *testing.M) {
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }
+
+// The timeouts of the restart tests bound a hang, not a speed: on a loaded
+// machine (and with -race) 200 connections' handshakes take seconds.
+const (
+	idleTimeout = 30 * time.Second // server and clients
+	// a successor's wait for the predecessor's handover (default 2 s)
+	handoverTimeout = 30 * time.Second
+	grace           = 45 * time.Second // a generation's HTTP3.Shutdown (under netnstest.Expect's 60 s)
+)
 
 // Environment of the "h3gen" helper.
 const (
@@ -61,24 +73,31 @@ func h3gen() error {
 	if err != nil {
 		return err
 	}
-	u, err := handoff.New(ctx, handoff.Config{Path: os.Getenv(envHandoff)})
+	var gen atomic.Uint64
+	srv := &http3.Server{
+		TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
+		QUICConfig: &quic.Config{MaxIdleTimeout: idleTimeout, HandshakeIdleTimeout: idleTimeout, Tracer: refusals.tracer},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, "gen %d %d", gen.Load(), n)
+		}),
+	}
+	if os.Getenv(envMode) == "serve" {
+		return serve(ctx, srv, &gen)
+	}
+	// quic-go may not resize the socket's buffers (see fixedBuffers): size
+	// the receive buffer here, or a burst overflows it and clients' packets
+	// are lost (QUIC resends them; a lost CONNECTION_CLOSE is not).
+	u, err := handoff.New(ctx, handoff.Config{Path: os.Getenv(envHandoff), Listen: reuseport.Config{Options: reuseport.Options{RecvBuffer: 2 << 20}}})
 	if err != nil {
 		return err
 	}
 	defer u.Close()
-	gen := u.Generation()
-	srv := &http3.Server{
-		TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
-		QUICConfig: &quic.Config{MaxIdleTimeout: 10 * time.Second},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n, _ := io.Copy(io.Discard, r.Body)
-			fmt.Fprintf(w, "gen %d %d", gen, n)
-		}),
-	}
+	gen.Store(u.Generation())
 	if os.Getenv(envMode) == "naive" {
 		return naive(ctx, u, srv, hup)
 	}
-	g, err := quicdrain.Listen(ctx, u, "h3", "udp", os.Getenv(envAddr), quicdrain.Config{Dir: os.Getenv(envDir)})
+	g, err := quicdrain.Listen(ctx, u, "h3", "udp", os.Getenv(envAddr), quicdrain.Config{Dir: os.Getenv(envDir), HandoverTimeout: handoverTimeout})
 	if err != nil {
 		return err
 	}
@@ -92,14 +111,43 @@ func h3gen() error {
 	if err := g.Start(ctx); err != nil {
 		return err
 	}
-	fmt.Printf("ready %d %d\n", gen, os.Getpid())
+	fmt.Printf("ready %d %d\n", gen.Load(), os.Getpid())
 	if err := waitSuccessor(u, hup); err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
+	refusals.draining.Store(true)
 	rep := h3.Shutdown(sctx)
-	fmt.Printf("report %d %s\n", gen, reportJSON(rep))
+	fmt.Printf("report %d %s refused=%d refused_draining=%d\n", gen.Load(), reportJSON(rep), refusals.serving.Load(), refusals.drain.Load())
+	return nil
+}
+
+// serve is the generation run by quicdrain.Serve: HTTP/1 and HTTP/2 over
+// TCP and HTTP/3 over UDP on the same port; SIGHUP starts the successor
+// (zerodrop.Options.Successor).
+func serve(ctx context.Context, srv *http3.Server, gen *atomic.Uint64) error {
+	hs := &http.Server{Handler: srv.Handler, TLSConfig: srv.TLSConfig.Clone()}
+	hs.TLSConfig.NextProtos = nil
+	rep, err := quicdrain.Serve(ctx, hs, []string{os.Getenv(envAddr)}, quicdrain.ServeOptions{
+		Options: zerodrop.Options{Handoff: os.Getenv(envHandoff), Grace: grace,
+			Listen: reuseport.Config{Options: reuseport.Options{RecvBuffer: 2 << 20}},
+			Successor: func() *exec.Cmd {
+				cmd := exec.Command(os.Args[0], os.Args[1:]...)
+				cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+				return cmd
+			},
+			OnListen: func(g uint64, _ []net.Addr) { gen.Store(g) },
+			OnServing: func(g uint64, _ []net.Addr) {
+				fmt.Printf("ready %d %d\n", g, os.Getpid())
+			}},
+		Config: quicdrain.Config{Dir: os.Getenv(envDir), HandoverTimeout: handoverTimeout},
+		QUIC:   srv.QUICConfig,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("report %d %s cause=%s\n", gen.Load(), reportJSON(rep.HTTP3[0]), strings.ReplaceAll(rep.Cause, " ", "_"))
 	return nil
 }
 
@@ -124,7 +172,7 @@ func naive(ctx context.Context, u *handoff.Upgrader, srv *http3.Server, hup chan
 	if err := waitSuccessor(u, hup); err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
 	srv.Shutdown(sctx)
 	tr.Close()

@@ -48,10 +48,22 @@ func ServeHTTP3(g *Gen, srv *http3.Server) (*HTTP3, error) {
 		return nil, err
 	}
 	h := &HTTP3{g: g, srv: srv, ln: ln, conns: map[*connServer]struct{}{}}
-	h.wg.Add(1)
-	go h.accept()
+	for range acceptors {
+		h.wg.Add(1)
+		go h.accept()
+	}
 	return h, nil
 }
+
+// acceptors is how many goroutines accept connections. quic-go queues at
+// most 32 connections whose handshake completed and refuses the next ones
+// (CONNECTION_REFUSED, after the handshake: the client's first request
+// fails); at a restart every client of the predecessor reconnects at once,
+// and while one accepting goroutine waits for a CPU the queue fills. Each
+// goroutine waiting in Accept takes a connection straight from the
+// handshake that completed, so a burst of acceptors+32 connections is
+// absorbed.
+const acceptors = 32
 
 func (h *HTTP3) accept() {
 	defer h.wg.Done()
