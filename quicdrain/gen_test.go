@@ -130,8 +130,8 @@ func serve(ctx context.Context, srv *http3.Server, gen *atomic.Uint64) error {
 	hs := &http.Server{Handler: srv.Handler, TLSConfig: srv.TLSConfig.Clone()}
 	hs.TLSConfig.NextProtos = nil
 	rep, err := quicdrain.Serve(ctx, hs, []string{os.Getenv(envAddr)}, quicdrain.ServeOptions{
-		Options: zerodrop.Options{Handoff: os.Getenv(envHandoff), Grace: grace,
-			Listen: reuseport.Config{Options: reuseport.Options{RecvBuffer: 2 << 20}},
+		Options: zerodrop.Options{Grace: grace,
+			Handoff: handoff.Config{Path: os.Getenv(envHandoff), Listen: reuseport.Config{Options: reuseport.Options{RecvBuffer: 2 << 20}}},
 			Successor: func() *exec.Cmd {
 				cmd := exec.Command(os.Args[0], os.Args[1:]...)
 				cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr

@@ -43,9 +43,9 @@ type ServeReport struct {
 	HTTP3 []Report
 }
 
-// ErrNoHandoff is returned by Serve without ServeOptions.Handoff: the UDP
+// ErrNoHandoff is returned by Serve without ServeOptions.Handoff.Path: the UDP
 // socket goes from generation to generation through the handoff.
-var ErrNoHandoff = errors.New("quicdrain: Serve needs Options.Handoff")
+var ErrNoHandoff = errors.New("quicdrain: Serve needs Options.Handoff.Path")
 
 // ErrNoTLS is returned by Serve for a server without a TLSConfig: HTTP/3
 // has no clear-text form.
@@ -71,7 +71,7 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts ServeOpti
 		return nil, drain.ErrNoHTTPServer
 	case srv.TLSConfig == nil:
 		return nil, ErrNoTLS
-	case opts.Handoff == "":
+	case opts.Handoff.Path == "":
 		return nil, ErrNoHandoff
 	}
 	gen, err := zerodrop.Open(ctx, addrs, opts.Options)
@@ -153,7 +153,11 @@ func (s *served) listen(ctx context.Context, gen *zerodrop.Generation, srv *http
 		hs := &http.Server{Handler: altSvc(srv.Handler, tcp.Port, maxAge), TLSConfig: srv.TLSConfig, ReadTimeout: srv.ReadTimeout,
 			ReadHeaderTimeout: srv.ReadHeaderTimeout, WriteTimeout: srv.WriteTimeout, IdleTimeout: srv.IdleTimeout,
 			MaxHeaderBytes: srv.MaxHeaderBytes, ErrorLog: srv.ErrorLog, BaseContext: srv.BaseContext, ConnContext: srv.ConnContext}
-		s.tcp = append(s.tcp, &drain.Server{HTTP: hs, Logger: opts.Logger, OnReport: opts.OnReport})
+		ds := &drain.Server{HTTP: hs, Logger: opts.Logger}
+		if opts.Drain != nil {
+			opts.Drain(addrs[len(s.tcp)], ds)
+		}
+		s.tcp = append(s.tcp, ds)
 	}
 	return nil
 }
@@ -183,6 +187,7 @@ func (s *served) shutdown(delay, grace time.Duration) error {
 	errs := make([]error, len(s.tcp))
 	var wg sync.WaitGroup
 	for i, d := range s.tcp {
+		<-d.Serving() // a Shutdown before Serve has its listener would not drain it
 		d.Delay = delay
 		wg.Add(1)
 		go func() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/quic-go/quic-go/http3"
 	"github.com/zerodrop/zerodrop"
+	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	quicdrain "github.com/zerodrop/zerodrop/quicdrain"
 )
@@ -50,7 +51,7 @@ func TestServeAltSvc(t *testing.T) {
 		done := make(chan result, 1)
 		go func() {
 			rep, err := quicdrain.Serve(ctx, srv, []string{"127.0.0.1:0"}, quicdrain.ServeOptions{
-				Options: zerodrop.Options{Handoff: filepath.Join(dir, "handoff.sock"), Grace: 10 * time.Second,
+				Options: zerodrop.Options{Handoff: handoff.Config{Path: filepath.Join(dir, "handoff.sock")}, Grace: 10 * time.Second,
 					OnServing: func(_ uint64, addrs []net.Addr) { addrc <- addrs[0] }},
 				Config: quicdrain.Config{Dir: fwd},
 			})
