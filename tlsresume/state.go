@@ -1,0 +1,104 @@
+package tlsresume
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// State is what a process needs to continue one direction pair of a TLS 1.3
+// record layer: the cipher suite, the current application traffic secret
+// and the sequence number of the next record in each direction, and the
+// bytes already read from the socket that no record has consumed (the start
+// of the peer's next record, still encrypted). Read is the peer's direction
+// (for a server, the client's traffic secret), Write ours.
+//
+// A State holds secrets: Zero erases them; New takes them over.
+type State struct {
+	Suite       uint16
+	ReadSecret  []byte
+	WriteSecret []byte
+	ReadSeq     uint64
+	WriteSeq    uint64
+	Unread      []byte
+}
+
+// stateMagic starts a marshalled State: its format's name and version.
+const stateMagic = "ZDTLS13\x01"
+
+// maxUnread bounds State.Unread: less than one record (a whole record read
+// and not consumed means the state is not idle).
+const maxUnread = recordHeaderLen + maxCiphertext
+
+// ErrBadState is a marshalled State that does not parse.
+var ErrBadState = errors.New("malformed tls state")
+
+// MarshalBinary encodes s: the magic, suite, sequence numbers, secrets and
+// unread bytes, length-prefixed. The result holds the secrets in the clear:
+// zero it after use (see "Security" in the package doc).
+func (s *State) MarshalBinary() ([]byte, error) {
+	if len(s.ReadSecret) > 255 || len(s.WriteSecret) > 255 || len(s.Unread) > maxUnread {
+		return nil, fmt.Errorf("marshal: %w: secret or unread bytes too long", ErrBadState)
+	}
+	b := make([]byte, 0, len(stateMagic)+2+16+2+len(s.ReadSecret)+len(s.WriteSecret)+4+len(s.Unread))
+	b = append(b, stateMagic...)
+	b = binary.BigEndian.AppendUint16(b, s.Suite)
+	b = binary.BigEndian.AppendUint64(b, s.ReadSeq)
+	b = binary.BigEndian.AppendUint64(b, s.WriteSeq)
+	b = append(b, byte(len(s.ReadSecret)))
+	b = append(b, s.ReadSecret...)
+	b = append(b, byte(len(s.WriteSecret)))
+	b = append(b, s.WriteSecret...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s.Unread)))
+	return append(b, s.Unread...), nil
+}
+
+// UnmarshalBinary decodes b into s, copying what it keeps: the caller
+// zeroes b. Errors wrap ErrBadState.
+func (s *State) UnmarshalBinary(b []byte) error {
+	bad := func(what string) error { return fmt.Errorf("unmarshal: %w: %s", ErrBadState, what) }
+	if len(b) < len(stateMagic) || string(b[:len(stateMagic)]) != stateMagic {
+		return bad("magic")
+	}
+	b = b[len(stateMagic):]
+	if len(b) < 18 {
+		return bad("short")
+	}
+	var t State
+	t.Suite = binary.BigEndian.Uint16(b)
+	t.ReadSeq = binary.BigEndian.Uint64(b[2:])
+	t.WriteSeq = binary.BigEndian.Uint64(b[10:])
+	b = b[18:]
+	var ok bool
+	if t.ReadSecret, b, ok = cutVec8(b); !ok {
+		return bad("read secret")
+	}
+	if t.WriteSecret, b, ok = cutVec8(b); !ok {
+		t.Zero()
+		return bad("write secret")
+	}
+	if len(b) < 4 || uint64(len(b)-4) != uint64(binary.BigEndian.Uint32(b)) || len(b)-4 > maxUnread {
+		t.Zero()
+		return bad("unread bytes")
+	}
+	t.Unread = append([]byte(nil), b[4:]...)
+	*s = t
+	return nil
+}
+
+// cutVec8 cuts a vector with a one-byte length off b, copying it.
+func cutVec8(b []byte) (v, rest []byte, ok bool) {
+	if len(b) < 1 || len(b) < 1+int(b[0]) {
+		return nil, b, false
+	}
+	n := int(b[0])
+	return append([]byte(nil), b[1:1+n]...), b[1+n:], true
+}
+
+// Zero erases the secrets and the unread bytes.
+func (s *State) Zero() {
+	clear(s.ReadSecret)
+	clear(s.WriteSecret)
+	clear(s.Unread)
+	s.ReadSecret, s.WriteSecret, s.Unread = nil, nil, nil
+}
