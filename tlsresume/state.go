@@ -26,9 +26,10 @@ type State struct {
 // stateMagic starts a marshalled State: its format's name and version.
 const stateMagic = "ZDTLS13\x01"
 
-// maxUnread bounds State.Unread: less than one record (a whole record read
-// and not consumed means the state is not idle).
-const maxUnread = recordHeaderLen + maxCiphertext
+// maxUnread bounds State.Unread: the partial record a Recorder had read and
+// what arrived while it was taken, two records at most (a State fits in a
+// handoff frame's 64 KiB with room to spare).
+const maxUnread = 2 * (recordHeaderLen + maxCiphertext)
 
 // ErrBadState is a marshalled State that does not parse.
 var ErrBadState = errors.New("malformed tls state")

@@ -1,0 +1,148 @@
+package tlsresume
+
+import (
+	"errors"
+	"fmt"
+)
+
+// record follows one whole record of direction d (header d.hdr, d.payload).
+// Called with r.mu.
+func (r *Recorder) record(d *direction, read bool) {
+	typ := d.hdr[0]
+	if read && !r.hello {
+		r.clientHello()
+		return
+	}
+	if d.h == nil {
+		if typ == typeApplication {
+			r.trial(d, read)
+		}
+		return // the handshake's plaintext records, change_cipher_spec
+	}
+	if typ != typeApplication {
+		r.fail(fmt.Errorf("record of outer type %d after the handshake", typ))
+		return
+	}
+	d.lastSeq, d.lastPrev = d.h.seq, false
+	d.last = append(append(d.last[:0], d.hdr[:]...), d.payload...)
+	if !read && len(d.payload) > smallWrite {
+		d.h.seq++ // application data or a NewSessionTicket of ours
+		return
+	}
+	pt, err := d.h.aead.Open(nil, d.h.nonce(), d.payload, d.hdr[:])
+	if err != nil {
+		r.fail(fmt.Errorf("record %d does not authenticate where it must", d.h.seq))
+		return
+	}
+	d.h.seq++
+	r.inner(d, read, pt)
+	clear(pt)
+}
+
+// clientHello takes the client random from the connection's first record.
+func (r *Recorder) clientHello() {
+	p := r.in.payload
+	// handshake type 1, length (3), legacy_version (2), random (32)
+	if r.in.hdr[0] != typeHandshake || len(p) < 4+2+32 || p[0] != 1 {
+		r.fail(errors.New("first record is not a whole ClientHello"))
+		return
+	}
+	copy(r.random[:], p[6:38])
+	r.hello = true
+}
+
+// trial opens an encrypted record of d at sequence number 0 with the
+// application keys: the first that authenticates starts d's application
+// records; the others were the handshake's. Called with r.mu.
+func (r *Recorder) trial(d *direction, read bool) {
+	d.trials++
+	if d.trials > maxTrials {
+		r.fail(errors.New("no record under the application traffic secret"))
+		return
+	}
+	secret := r.secretFor(read)
+	if secret == nil {
+		return // not logged yet: a handshake record (or not TLS 1.3)
+	}
+	for _, s := range r.suitesFor(len(secret)) {
+		h, err := newHalf(s, append([]byte(nil), secret...), 0)
+		if err != nil {
+			continue
+		}
+		pt, err := h.aead.Open(nil, h.nonce(), d.payload, d.hdr[:])
+		if err != nil {
+			h.zero()
+			continue
+		}
+		r.suite, d.h = s, h
+		clear(d.first)
+		d.first = nil
+		d.lastSeq = 0
+		d.last = append(append(d.last[:0], d.hdr[:]...), d.payload...)
+		h.seq = 1
+		r.inner(d, read, pt)
+		clear(pt)
+		return
+	}
+}
+
+// secretFor returns the application traffic secret of a direction (the
+// client's for read), claiming both from the Capture on first use.
+func (r *Recorder) secretFor(read bool) []byte {
+	if !r.hello {
+		return nil
+	}
+	if !r.claimed {
+		if cs, ss, ok := r.capture.claim(r.random); ok {
+			r.in.first, r.out.first, r.claimed = cs, ss, true
+		}
+	}
+	if read {
+		return r.in.first
+	}
+	return r.out.first
+}
+
+// suitesFor lists the TLS 1.3 suites whose secrets are n bytes long, the
+// one already chosen by the other direction alone.
+func (r *Recorder) suitesFor(n int) []*suite {
+	if r.suite != nil {
+		return []*suite{r.suite}
+	}
+	var out []*suite
+	for i := range suites {
+		if suites[i].secretLen() == n {
+			out = append(out, &suites[i])
+		}
+	}
+	return out
+}
+
+// inner follows the plaintext of an application record. Called with r.mu.
+func (r *Recorder) inner(d *direction, read bool, pt []byte) {
+	typ, content, err := innerPlaintext(pt)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	switch {
+	case typ == typeApplication && read:
+		d.tail = append(d.tail, content...)
+		if len(d.tail) > tailLen {
+			d.tail = d.tail[:copy(d.tail, d.tail[len(d.tail)-tailLen:])]
+		}
+	case typ == typeApplication:
+	case typ == typeHandshake && len(content) == 5 && content[0] == hsKeyUpdate && content[4] <= 1:
+		clear(d.prev)
+		d.prev = append([]byte(nil), d.h.secret...)
+		if err := d.h.update(); err != nil {
+			r.fail(err)
+			return
+		}
+		d.lastPrev = true
+	case typ == typeHandshake && !read && len(content) > 0 && content[0] == 4:
+		// our NewSessionTicket
+	default:
+		r.fail(fmt.Errorf("record of content type %d in the application phase", typ))
+	}
+}
