@@ -185,7 +185,11 @@ func TestConnRejects(t *testing.T) {
 		"replayed":  func(r [][]byte) []byte { return bytes.Join([][]byte{r[0], r[1], r[1], r[2]}, nil) },
 		"reordered": func(r [][]byte) []byte { return bytes.Join([][]byte{r[0], r[2], r[1]}, nil) },
 		"dropped":   func(r [][]byte) []byte { return bytes.Join([][]byte{r[0], r[2]}, nil) },
-		"header":    func(r [][]byte) []byte { x := bytes.Clone(r[1]); x[4]--; return bytes.Join([][]byte{r[0], x[:len(x)-1]}, nil) },
+		"header": func(r [][]byte) []byte {
+			x := bytes.Clone(r[1])
+			x[4]--
+			return bytes.Join([][]byte{r[0], x[:len(x)-1]}, nil)
+		},
 	}
 	for name, mangle := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,7 +99,7 @@ func startTLSServer(t *testing.T, name string) *tlsServer {
 
 func handler(name string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
+		fmt.Fprintf(w, "%s %s\n", name, r.URL.Path)
 	})
 }
 
@@ -142,7 +143,7 @@ func get(t *testing.T, c *http.Client, url string) (string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(b), local
+	return strings.TrimSpace(string(b)), local
 }
 
 // TestHandOverInProcess: an idle HTTPS/1.1 keep-alive connection of Go's
