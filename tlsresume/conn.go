@@ -48,6 +48,7 @@ type Conn struct {
 	werr      error // sticky
 	closeOnce sync.Once
 	closeErr  error
+	padding   int // zero bytes after the content type of each record (tests)
 }
 
 // New continues the session of st on c, taking ownership of both: st's
@@ -315,13 +316,14 @@ func (c *Conn) sealLocked(buf []byte, typ byte, content []byte) ([]byte, error) 
 		c.werr = errors.New("write sequence number exhausted")
 		return nil, c.werr
 	}
-	ct := len(content) + 1 + c.out.aead.Overhead()
+	ct := len(content) + 1 + c.padding + c.out.aead.Overhead()
 	start := len(buf)
 	buf = append(buf, make([]byte, recordHeaderLen+ct)...)
 	rec := buf[start:]
 	rec[0], rec[1], rec[2], rec[3], rec[4] = typeApplication, 3, 3, byte(ct>>8), byte(ct)
 	inner := append(rec[recordHeaderLen:recordHeaderLen], content...)
 	inner = append(inner, typ)
+	inner = append(inner, make([]byte, c.padding)...)
 	c.out.aead.Seal(inner[:0], c.out.nonce(), inner, rec[:recordHeaderLen])
 	c.out.seq++
 	return buf, nil
