@@ -1,6 +1,7 @@
 package tlsresume
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -49,7 +50,15 @@ type Conn struct {
 	closeOnce sync.Once
 	closeErr  error
 	padding   int // zero bytes after the content type of each record (tests)
+
+	cs tls.ConnectionState
 }
+
+// ConnectionState describes the session as far as the State told: TLS 1.3,
+// its suite, SNI and ALPN, handshake complete. It has no certificates (a
+// connection with client certificates is never handed over) and no
+// exporter.
+func (c *Conn) ConnectionState() tls.ConnectionState { return c.cs }
 
 // New continues the session of st on c, taking ownership of both: st's
 // secrets are moved into the Conn and zeroed in st, and Close closes c.
@@ -78,7 +87,11 @@ func New(c net.Conn, st *State) (*Conn, error) {
 	}
 	raw := make([]byte, len(st.Unread), max(len(st.Unread), 4096))
 	copy(raw, st.Unread)
-	return &Conn{conn: c, in: in, out: out, raw: raw}, nil
+	cs := tls.ConnectionState{
+		Version: tls.VersionTLS13, HandshakeComplete: true, CipherSuite: s.id,
+		ServerName: st.ServerName, NegotiatedProtocol: st.NegotiatedProtocol,
+	}
+	return &Conn{conn: c, in: in, out: out, raw: raw, cs: cs}, nil
 }
 
 // Read reads application data. It returns io.EOF after the peer's

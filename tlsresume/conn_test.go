@@ -249,6 +249,7 @@ func TestConnAlerts(t *testing.T) {
 func TestStateMarshal(t *testing.T) {
 	_, st := states(t, tls.TLS_AES_256_GCM_SHA384, 99)
 	st.Unread = []byte{23, 3, 3}
+	st.ServerName, st.NegotiatedProtocol = "localhost", "http/1.1"
 	b, err := st.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +259,7 @@ func TestStateMarshal(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Suite != st.Suite || got.ReadSeq != st.ReadSeq || got.WriteSeq != st.WriteSeq ||
-		!bytes.Equal(got.ReadSecret, st.ReadSecret) || !bytes.Equal(got.WriteSecret, st.WriteSecret) || !bytes.Equal(got.Unread, st.Unread) {
+		!bytes.Equal(got.ReadSecret, st.ReadSecret) || !bytes.Equal(got.WriteSecret, st.WriteSecret) || !bytes.Equal(got.Unread, st.Unread) || got.ServerName != st.ServerName || got.NegotiatedProtocol != st.NegotiatedProtocol {
 		t.Fatalf("round trip changed the state")
 	}
 	for i := range b {

@@ -10,6 +10,11 @@ import (
 // never handed over.
 var ErrNotProven = errors.New("tls state not proven")
 
+// ErrBusy is the reason ProveIdleHTTP gives (wrapped with ErrNotProven) when
+// net/http is not waiting for the next request now: it may be later. Every
+// other reason is for good.
+var ErrBusy = errors.New("net/http is not waiting for the next request")
+
 // UnsupportedSuiteError is a cipher suite that is not one of TLS 1.3's three
 // (TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384,
 // TLS_CHACHA20_POLY1305_SHA256).

@@ -68,7 +68,7 @@ func (r *Recorder) check() error {
 	case r.in.h == nil || r.out.h == nil:
 		return errors.New("no application record each way (not TLS 1.3, or no request yet)")
 	case !r.idle || r.deadlines != 1 || !r.inRead:
-		return errors.New("net/http is not waiting for the next request")
+		return ErrBusy
 	case !bytes.HasSuffix(r.in.tail, []byte("\r\n\r\n")):
 		return errors.New("the data read does not end an HTTP message")
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 )
 
 // Recorder is the socket under a server's tls.Conn (see Capture.Wrap). It
@@ -131,6 +132,28 @@ func (r *Recorder) Close() error {
 	}
 	r.forget()
 	return r.Conn.Close()
+}
+
+// CloseWrite shuts the socket's write side (a lingering close), unless the
+// connection has been proven: then Close follows.
+func (r *Recorder) CloseWrite() error {
+	r.mu.Lock()
+	frozen := r.frozen
+	r.mu.Unlock()
+	cw, ok := r.Conn.(interface{ CloseWrite() error })
+	if frozen || !ok {
+		return errHandedOver
+	}
+	return cw.CloseWrite()
+}
+
+// SyscallConn is the socket's.
+func (r *Recorder) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := r.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
 }
 
 // forget erases every secret the Recorder holds or the Capture keeps for it.

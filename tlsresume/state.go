@@ -21,6 +21,18 @@ type State struct {
 	ReadSeq     uint64
 	WriteSeq    uint64
 	Unread      []byte
+	// ServerName and NegotiatedProtocol are the handshake's SNI and ALPN
+	// results, for the successor's tls.ConnectionState (see
+	// Conn.ConnectionState); not secret.
+	ServerName         string
+	NegotiatedProtocol string
+}
+
+// IsState reports whether b begins like a marshalled State (a handed-over
+// connection's state bytes, not HTTP bytes read ahead: no request begins
+// with the magic's control byte).
+func IsState(b []byte) bool {
+	return len(b) >= len(stateMagic) && string(b[:len(stateMagic)]) == stateMagic
 }
 
 // stateMagic starts a marshalled State: its format's name and version.
@@ -38,7 +50,7 @@ var ErrBadState = errors.New("malformed tls state")
 // unread bytes, length-prefixed. The result holds the secrets in the clear:
 // zero it after use (see "Security" in the package doc).
 func (s *State) MarshalBinary() ([]byte, error) {
-	if len(s.ReadSecret) > 255 || len(s.WriteSecret) > 255 || len(s.Unread) > maxUnread {
+	if len(s.ReadSecret) > 255 || len(s.WriteSecret) > 255 || len(s.Unread) > maxUnread || len(s.ServerName) > 255 || len(s.NegotiatedProtocol) > 255 {
 		return nil, fmt.Errorf("marshal: %w: secret or unread bytes too long", ErrBadState)
 	}
 	b := make([]byte, 0, len(stateMagic)+2+16+2+len(s.ReadSecret)+len(s.WriteSecret)+4+len(s.Unread))
@@ -51,7 +63,11 @@ func (s *State) MarshalBinary() ([]byte, error) {
 	b = append(b, byte(len(s.WriteSecret)))
 	b = append(b, s.WriteSecret...)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s.Unread)))
-	return append(b, s.Unread...), nil
+	b = append(b, s.Unread...)
+	b = append(b, byte(len(s.ServerName)))
+	b = append(b, s.ServerName...)
+	b = append(b, byte(len(s.NegotiatedProtocol)))
+	return append(b, s.NegotiatedProtocol...), nil
 }
 
 // UnmarshalBinary decodes b into s, copying what it keeps: the caller
@@ -78,11 +94,23 @@ func (s *State) UnmarshalBinary(b []byte) error {
 		t.Zero()
 		return bad("write secret")
 	}
-	if len(b) < 4 || uint64(len(b)-4) != uint64(binary.BigEndian.Uint32(b)) || len(b)-4 > maxUnread {
+	if len(b) < 4 || uint64(len(b)-4) < uint64(binary.BigEndian.Uint32(b)) || binary.BigEndian.Uint32(b) > maxUnread {
 		t.Zero()
 		return bad("unread bytes")
 	}
-	t.Unread = append([]byte(nil), b[4:]...)
+	n := int(binary.BigEndian.Uint32(b))
+	t.Unread = append([]byte(nil), b[4:4+n]...)
+	b = b[4+n:]
+	var sn, np []byte
+	if sn, b, ok = cutVec8(b); !ok {
+		t.Zero()
+		return bad("server name")
+	}
+	if np, b, ok = cutVec8(b); !ok || len(b) != 0 {
+		t.Zero()
+		return bad("negotiated protocol")
+	}
+	t.ServerName, t.NegotiatedProtocol = string(sn), string(np)
 	*s = t
 	return nil
 }
