@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/zerodrop/zerodrop/tlsresume"
 )
 
 // Handing connections over to a successor instead of closing them.
@@ -23,7 +25,10 @@ type Detached struct {
 	// Conn is the socket.
 	Conn *net.TCPConn
 	// Unread is what was read from it but not consumed: it precedes what
-	// the socket holds (pass it to ServeConn).
+	// the socket holds (pass it to ServeConn). For a TLS connection
+	// (Server.TLSHandOver) it is its marshalled tlsresume.State, secrets
+	// included: pass it only over the handoff socket, unlogged; the drain
+	// zeroes it once HandOver has taken it.
 	Unread []byte
 }
 
@@ -60,6 +65,9 @@ func (s *Server) ServeConn(c *net.TCPConn, unread []byte) error {
 	cl := s.cl
 	s.received++
 	s.mu.Unlock()
+	if tlsresume.IsState(unread) {
+		return s.serveTLSState(c, unread, cl)
+	}
 	dc := newDetachConn(c, unread)
 	s.t.register(dc) // before net/http has it: a drain now waits for it
 	if !cl.serve(dc) {
@@ -93,6 +101,8 @@ func (s *Server) handOver(ctx context.Context, grace time.Duration) (taken, retu
 	defer tick.Stop()
 	for {
 		cands, left := s.t.detachable()
+		tlsNow, tlsLeft := s.t.tlsCandidates()
+		left += tlsLeft
 		var begun []*detachConn
 		for _, dc := range cands {
 			if dc.beginDetach() {
@@ -106,12 +116,31 @@ func (s *Server) handOver(ctx context.Context, grace time.Duration) (taken, retu
 				err = ferr
 				continue
 			}
+			if tlsresume.IsState(unread) { // a malformed request that looks like TLS state
+				c.Close()
+				continue
+			}
 			batch = append(batch, Detached{Conn: c, Unread: unread})
+		}
+		plain := len(batch)
+		for _, c := range tlsNow {
+			d, ok, terr := s.t.takeTLS(ctx, c)
+			if terr != nil {
+				err = terr
+			} else if ok {
+				batch = append(batch, d)
+			}
 		}
 		if len(batch) > 0 {
 			n, herr := s.HandOver(ctx, batch)
 			n = min(max(n, 0), len(batch))
 			taken += n
+			s.t.mu.Lock()
+			s.t.tlsHanded += max(n-plain, 0)
+			s.t.mu.Unlock()
+			for _, d := range batch[plain:max(n, plain)] {
+				clear(d.Unread) // the session's secrets: passed on, erased here
+			}
 			for _, d := range batch[n:] {
 				if s.ServeConn(d.Conn, d.Unread) == nil {
 					returned++
