@@ -196,3 +196,60 @@ func TestServeTLSHandoffOpenSSL(t *testing.T) {
 		stop(t, s, pid2, 2)
 	})
 }
+
+// TestServeTLSHandoffCurl: curl (OpenSSL) fetching 60 URLs over one
+// HTTP/1.1 TLS 1.3 keep-alive connection, 10 per second, across a handoff:
+// every request is answered, by generation 1 then 2, and curl connected
+// once.
+func TestServeTLSHandoffCurl(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatalf("curl not installed (.ci/run installs it): %v", err)
+	}
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		s, pid1, cert, addr := tlsHandoffService(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		const n = 60
+		cmd := exec.CommandContext(ctx, "curl", "-sS", "--http1.1", "--tlsv1.3", "--cacert", cert.CertFile, "--rate", "10/s",
+			"-w", "connects=%{num_connects}\n", fmt.Sprintf("https://%s/[1-%d]", addr, n))
+		stdout, _ := cmd.StdoutPipe()
+		cmd.Stderr = cmd.Stdout
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stdout)
+		answers := map[int]int{}
+		connects, upgraded := 0, false
+		var pid2 int
+		for sc.Scan() {
+			l := sc.Text()
+			if v, ok := strings.CutPrefix(l, "connects="); ok {
+				c, _ := strconv.Atoi(v)
+				connects += c
+				continue
+			}
+			pid, err := strconv.Atoi(l)
+			if err != nil {
+				t.Fatalf("curl: %q", l)
+			}
+			answers[pid]++
+			if !upgraded {
+				upgraded = true
+				go syscall.Kill(pid1, syscall.SIGHUP)
+			}
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("curl: %v", err)
+		}
+		pid2 = servingPID(t, s.Expect(t, "serving 2 "))
+		rep := s.Expect(t, "report 1 ")
+		s.Reap(t, pid1, 30*time.Second)
+		if answers[pid1]+answers[pid2] != n || answers[pid2] == 0 || connects != 1 {
+			t.Fatalf("answers %v (generation 2 is %d), %d connects; want %d answers from both, 1 connect", answers, pid2, connects, n)
+		}
+		if !strings.Contains(rep, " tls_handed=1 ") {
+			t.Errorf("generation 1's report: %q, want tls_handed=1", rep)
+		}
+		stop(t, s, pid2, 2)
+	})
+}
