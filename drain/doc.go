@@ -181,10 +181,16 @@
 // buffered); bytes that arrive during the take travel with the connection
 // (Detached.Unread), so a request that arrives meanwhile is served exactly
 // once, by one of the two processes. The successor serves the connection
-// with ServeConn, as if accepted, and can hand it over again. TLS and HTTP/2
-// connections are never handed over (their state lives in crypto/tls and
-// net/http); they get IdleGrace as before, counted in
-// HTTPReport.IdleClosedTLS when closed idle. A passed connection waits for
+// with ServeConn, as if accepted, and can hand it over again. HTTP/2
+// connections are never handed over (their state lives in net/http), nor TLS
+// ones unless Server.TLSHandOver: then ServeTLS records each connection's
+// TLS 1.3 record layer (package tlsresume), and an idle HTTP/1.1 one whose
+// state is proven exactly goes over with its session (Detached.Unread is
+// its marshalled tlsresume.State, which ServeConn recognises and continues
+// with a tlsresume.Conn, setting r.TLS for handlers); HTTPReport.HandedOverTLS
+// counts them and TLSNotHandedOver those refused (TLS 1.2, client
+// certificates, state not proven). The others get IdleGrace as before,
+// counted in HTTPReport.IdleClosedTLS when closed idle. A passed connection waits for
 // its next request in the successor as net/http waits for a new
 // connection's first one: at most ReadHeaderTimeout, not IdleTimeout.
 //
