@@ -74,6 +74,9 @@ func (t *tracker) probeH2(c net.Conn, s http.ConnState) {
 	t.mu.Lock()
 	ci.h2 = true
 	t.mu.Unlock()
+	if rec := recorder(c); rec != nil {
+		rec.Stop() // HTTP/2 is never handed over: follow it no more
+	}
 }
 
 // markPending marks the TLS connections that have not sent a request yet

@@ -47,7 +47,8 @@ func getLocal(t *testing.T, c *http.Client, url string) (string, string) {
 // client's next requests are answered by B on the same TCP connection
 // (same local port), with no new dial and no new handshake, and B's handler
 // sees r.TLS. A TLS 1.2 connection is not handed over, and is closed as
-// before. A's report counts both kinds.
+// before, and an HTTP/2 one goes away in two steps as before. A's report
+// counts each kind.
 func TestTLSHandOver(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
@@ -87,9 +88,11 @@ func TestTLSHandOver(t *testing.T) {
 				},
 			}}
 		}
-		c13, c12 := client(tls.VersionTLS13), client(tls.VersionTLS12)
+		c13, c12, ch2 := client(tls.VersionTLS13), client(tls.VersionTLS12), client(tls.VersionTLS13)
+		ch2.Transport.(*http.Transport).ForceAttemptHTTP2 = true
 		defer c13.CloseIdleConnections()
 		defer c12.CloseIdleConnections()
+		defer ch2.CloseIdleConnections()
 		var local string
 		for i := range 3 {
 			var body string
@@ -99,6 +102,7 @@ func TestTLSHandOver(t *testing.T) {
 			}
 		}
 		getLocal(t, c12, url+"/12")
+		getLocal(t, ch2, url+"/h2")
 
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -110,9 +114,9 @@ func TestTLSHandOver(t *testing.T) {
 			t.Fatalf("Serve: %v", err)
 		}
 		h := rep.HTTP
-		if h.HandedOver != 1 || h.HandedOverTLS != 1 || h.TLSNotHandedOver != 1 || h.IdleClosedTLS != 1 {
-			t.Fatalf("report: handed over %d (TLS %d), TLS not handed over %d, idle closed TLS %d; want 1, 1, 1, 1",
-				h.HandedOver, h.HandedOverTLS, h.TLSNotHandedOver, h.IdleClosedTLS)
+		if h.HandedOver != 1 || h.HandedOverTLS != 1 || h.TLSNotHandedOver != 1 || h.IdleClosedTLS != 1 || h.HTTP2 != 1 {
+			t.Fatalf("report: handed over %d (TLS %d), TLS not handed over %d, idle closed TLS %d, HTTP/2 %d; want 1, 1, 1, 1, 1",
+				h.HandedOver, h.HandedOverTLS, h.TLSNotHandedOver, h.IdleClosedTLS, h.HTTP2)
 		}
 		for i := range 3 {
 			body, again := getLocal(t, c13, fmt.Sprintf("%s/after%d", url, i))
@@ -120,8 +124,8 @@ func TestTLSHandOver(t *testing.T) {
 				t.Fatalf("after the handover: %q on %s, want %q on %s", body, again, want, local)
 			}
 		}
-		if n, d := handshakes.Load(), dials.Load(); n != 2 || d != 2 {
-			t.Fatalf("%d handshakes and %d dials, want 2 and 2 (one per client)", n, d)
+		if n, d := handshakes.Load(), dials.Load(); n != 3 || d != 3 {
+			t.Fatalf("%d handshakes and %d dials, want 3 and 3 (one per client)", n, d)
 		}
 		c13.CloseIdleConnections()
 		brep, err := b.Shutdown(ctx)

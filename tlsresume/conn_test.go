@@ -153,14 +153,14 @@ func sealed(t testing.TB, st *State, writes ...[]byte) []byte {
 
 // readAll reads stream with a Conn of st, returning what it read and its
 // error, and what it wrote back (alerts).
-func readAll(t testing.TB, st *State, stream []byte) (got []byte, err error, wrote []byte) {
+func readAll(t testing.TB, st *State, stream []byte) (got, wrote []byte, err error) {
 	p := &pipeConn{in: bytes.NewReader(stream)}
 	c, nerr := New(p, st)
 	if nerr != nil {
 		t.Fatal(nerr)
 	}
 	got, err = io.ReadAll(c)
-	return got, err, p.out.Bytes()
+	return got, p.out.Bytes(), err
 }
 
 // TestConnRejects: a tampered, replayed, reordered or dropped record ends the
@@ -195,7 +195,7 @@ func TestConnRejects(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cst, sst := states(t, tls.TLS_AES_128_GCM_SHA256, 7)
 			stream := sealed(t, cst, []byte("one"), []byte("two"), []byte("three"))
-			got, err, wrote := readAll(t, sst, mangle(recs(stream)))
+			got, wrote, err := readAll(t, sst, mangle(recs(stream)))
 			var ae *AlertError
 			if !errors.As(err, &ae) || ae.Alert != alertBadRecordMAC || ae.Remote {
 				t.Fatalf("read error %v, want a bad_record_mac alert sent", err)
@@ -222,7 +222,7 @@ func TestConnAlerts(t *testing.T) {
 	p := &pipeConn{in: bytes.NewReader(nil)}
 	c, _ := New(p, cst)
 	c.fatal(alertIllegalParameter, nil)
-	_, err, _ := readAll(t, sst, p.out.Bytes())
+	_, _, err := readAll(t, sst, p.out.Bytes())
 	var ae *AlertError
 	if !errors.As(err, &ae) || !ae.Remote || ae.Alert != alertIllegalParameter {
 		t.Fatalf("read error %v, want illegal_parameter received", err)
@@ -232,13 +232,13 @@ func TestConnAlerts(t *testing.T) {
 	p = &pipeConn{in: bytes.NewReader(nil)}
 	c, _ = New(p, cst)
 	c.sendLocked(typeHandshake, []byte{4, 0, 0, 1, 0}) // a NewSessionTicket, from a client
-	_, err, _ = readAll(t, sst, p.out.Bytes())
+	_, _, err = readAll(t, sst, p.out.Bytes())
 	if !errors.As(err, &ae) || ae.Remote || ae.Alert != alertUnexpectedMessage {
 		t.Fatalf("read error %v, want unexpected_message sent", err)
 	}
 
 	_, sst = states(t, tls.TLS_AES_128_GCM_SHA256, 0)
-	_, err, _ = readAll(t, sst, []byte{typeHandshake, 3, 3, 0, 1, 0})
+	_, _, err = readAll(t, sst, []byte{typeHandshake, 3, 3, 0, 1, 0})
 	if !errors.As(err, &ae) || ae.Alert != alertUnexpectedMessage {
 		t.Fatalf("read error %v, want unexpected_message sent", err)
 	}

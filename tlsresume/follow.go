@@ -24,7 +24,7 @@ func (r *Recorder) record(d *direction, read bool) {
 		return
 	}
 	d.lastSeq, d.lastPrev = d.h.seq, false
-	d.last = append(append(d.last[:0], d.hdr[:]...), d.payload...)
+	d.keepLast()
 	if !read && len(d.payload) > smallWrite {
 		d.h.seq++ // application data or a NewSessionTicket of ours
 		return
@@ -78,7 +78,7 @@ func (r *Recorder) trial(d *direction, read bool) {
 		clear(d.first)
 		d.first = nil
 		d.lastSeq = 0
-		d.last = append(append(d.last[:0], d.hdr[:]...), d.payload...)
+		d.keepLast()
 		h.seq = 1
 		r.inner(d, read, pt)
 		clear(pt)
@@ -145,4 +145,15 @@ func (r *Recorder) inner(d *direction, read bool, pt []byte) {
 	default:
 		r.fail(fmt.Errorf("record of content type %d in the application phase", typ))
 	}
+}
+
+// keepLast copies the current record as d's last, in a buffer no larger
+// than it needs when it is small (see keepBuffer).
+func (d *direction) keepLast() {
+	n := recordHeaderLen + len(d.payload)
+	if cap(d.last) > keepBuffer && n <= keepBuffer {
+		clear(d.last)
+		d.last = nil
+	}
+	d.last = append(append(d.last[:0], d.hdr[:]...), d.payload...)
 }

@@ -119,8 +119,7 @@ func (h *half) update() error {
 
 // nonce is the per-record nonce: the IV XOR the sequence number, left-padded.
 func (h *half) nonce() []byte {
-	var n [12]byte
-	n = h.iv
+	n := h.iv
 	var s [8]byte
 	binary.BigEndian.PutUint64(s[:], h.seq)
 	for i := range s {

@@ -74,6 +74,9 @@ const maxTrials = 16
 // padded a little.
 const smallWrite = 64
 
+// keepBuffer is the largest record buffer kept between records.
+const keepBuffer = 4096
+
 // tailLen is how many bytes of application data read Tail keeps.
 const tailLen = 16
 
@@ -156,10 +159,24 @@ func (r *Recorder) SyscallConn() (syscall.RawConn, error) {
 	return sc.SyscallConn()
 }
 
+// Stop makes r follow no more records and erases its secrets, for a
+// connection that will not be handed over (HTTP/2, say): it then costs
+// nothing but a lock per read and write. It cannot be proven afterwards.
+func (r *Recorder) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fail(errors.New("stopped"))
+	r.forgetLocked()
+}
+
 // forget erases every secret the Recorder holds or the Capture keeps for it.
 func (r *Recorder) forget() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.forgetLocked()
+}
+
+func (r *Recorder) forgetLocked() {
 	for _, d := range []*direction{&r.in, &r.out} {
 		if d.h != nil {
 			d.h.zero()
@@ -169,6 +186,7 @@ func (r *Recorder) forget() {
 		clear(d.last)
 		clear(d.tail)
 		clear(d.payload)
+		d.h, d.prev, d.first, d.last, d.tail, d.payload = nil, nil, nil, nil, nil, nil
 	}
 	if r.hello {
 		r.capture.forget(r.random)
@@ -202,6 +220,9 @@ func (r *Recorder) feed(d *direction, read bool, p []byte) {
 		if len(d.payload) == n {
 			r.record(d, read)
 			d.hn, d.payload = 0, d.payload[:0]
+			if cap(d.payload) > keepBuffer {
+				d.payload = nil // an idle connection keeps no 16 KiB buffer
+			}
 		}
 	}
 }
