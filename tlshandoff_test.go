@@ -60,10 +60,10 @@ func stop(t *testing.T, s *netnstest.Subreaped, pid, gen int) {
 }
 
 // TestServeTLSHandoffGoClient: with Options.TLSHandoff, Go's
-// http.Transport keeps its TLS 1.3 keep-alive connection across a handoff
-// between two processes: the request after it is answered by the successor
-// on the same TCP connection (same local port), without a new dial or
-// handshake, and the predecessor's report counts it.
+// http.Transport keeps its TLS 1.3 keep-alive connection across two
+// handoffs between three processes: the requests after each are answered by
+// the successor on the same TCP connection (same local port), without a
+// new dial or handshake, and each predecessor's report counts it.
 func TestServeTLSHandoffGoClient(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		s, pid1, cert, addr := tlsHandoffService(t)
@@ -111,11 +111,22 @@ func TestServeTLSHandoffGoClient(t *testing.T) {
 				t.Fatalf("after the handoff: pid %d on %s, want %d on %s", pid, again, pid2, local)
 			}
 		}
+		// Generation 2 hands the session on again.
+		pid3, rep := upgrade(t, s, pid2, 2)
+		if !strings.Contains(rep, " tls_handed=1 ") {
+			t.Errorf("generation 2's report: %q, want tls_handed=1", rep)
+		}
+		for range 3 {
+			pid, again := get()
+			if pid != pid3 || again != local {
+				t.Fatalf("after the second handoff: pid %d on %s, want %d on %s", pid, again, pid3, local)
+			}
+		}
 		if h, n := handshakes.Load(), conns.Load(); h != 1 || n != 1 {
 			t.Fatalf("%d handshakes on %d connections, want 1 and 1", h, n)
 		}
 		tr.CloseIdleConnections()
-		stop(t, s, pid2, 2)
+		stop(t, s, pid3, 3)
 	})
 }
 

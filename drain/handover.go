@@ -110,19 +110,27 @@ func (s *Server) handOver(ctx context.Context, grace time.Duration) (taken, retu
 			}
 		}
 		batch := make([]Detached, 0, len(begun))
+		var tlsBatch []Detached
 		for _, dc := range begun {
 			c, unread, ferr := dc.finishDetach(ctx)
 			if ferr != nil { // ctx ended while net/http let go: closed
 				err = ferr
 				continue
 			}
-			if tlsresume.IsState(unread) { // a malformed request that looks like TLS state
+			tc, isTCP := c.(*net.TCPConn)
+			switch {
+			case !isTCP: // a TLS session handed to us, going on
+				if d, ok := s.t.exportTLS(c, unread); ok {
+					tlsBatch = append(tlsBatch, d)
+				}
+			case tlsresume.IsState(unread): // a malformed request that looks like TLS state
 				c.Close()
-				continue
+			default:
+				batch = append(batch, Detached{Conn: tc, Unread: unread})
 			}
-			batch = append(batch, Detached{Conn: c, Unread: unread})
 		}
 		plain := len(batch)
+		batch = append(batch, tlsBatch...)
 		for _, c := range tlsNow {
 			d, ok, terr := s.t.takeTLS(ctx, c)
 			if terr != nil {
@@ -167,7 +175,7 @@ func (s *Server) handOver(ctx context.Context, grace time.Duration) (taken, retu
 }
 
 // detachable returns the connections that may be taken now (plain HTTP/1,
-// new or idle), and how many plain HTTP/1 connections are left to hand
+// or TLS sessions handed to us, new or idle), and how many are left to hand
 // over in all (those, and those in a request).
 func (t *tracker) detachable() (now []*detachConn, left int) {
 	t.mu.Lock()

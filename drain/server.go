@@ -98,9 +98,9 @@ type Server struct {
 	// client certificates, and any whose state cannot be proven are closed
 	// as without it (HTTPReport.TLSNotHandedOver counts them); HTTP/2 keeps
 	// its two-step GOAWAY (its HPACK and stream state cannot travel). A
-	// continued connection is not handed over again: at the next handoff
-	// it is closed idle. Successors must be of this version or later
-	// (older ones do not recognise the state).
+	// session ServeConn continues is handed over again at the next
+	// Shutdown with HandOver set, like a plain connection. Successors must
+	// be of this version or later (older ones do not recognise the state).
 	TLSHandOver bool
 	// HandOverGrace bounds how long Shutdown waits for busy connections to
 	// finish their response so they can be handed over; those still busy

@@ -92,8 +92,9 @@ func (t *tracker) takeTLS(ctx context.Context, c net.Conn) (d Detached, ok bool,
 }
 
 // serveTLSState is ServeConn for a connection whose state bytes are a
-// tlsresume.State: net/http serves it over a tlsresume.Conn, which the
-// drain closes as a TLS connection (it is not handed over again).
+// tlsresume.State: net/http serves it over a tlsresume.Conn, in a
+// detachConn, so that it is handed over again like a plain connection
+// (exportTLS), and closed idle as a TLS one otherwise.
 func (s *Server) serveTLSState(c *net.TCPConn, state []byte, cl *connListener) error {
 	var st tlsresume.State
 	err := st.UnmarshalBinary(state)
@@ -107,14 +108,15 @@ func (s *Server) serveTLSState(c *net.TCPConn, state []byte, cl *connListener) e
 		c.Close()
 		return &net.OpError{Op: "serve", Net: "tcp", Addr: c.LocalAddr(), Err: err}
 	}
-	s.t.register(conn)
+	dc := newDetachConn(conn, nil) // so that it can be handed over again
+	s.t.register(dc)
 	s.t.mu.Lock()
-	if ci := s.t.conns[conn]; ci != nil {
+	if ci := s.t.conns[dc]; ci != nil {
 		ci.continued = conn
 	}
 	s.t.mu.Unlock()
-	if !cl.serve(conn) {
-		s.t.forget(conn)
+	if !cl.serve(dc) {
+		s.t.forget(dc)
 		conn.Close()
 		return http.ErrServerClosed
 	}
@@ -136,4 +138,34 @@ func (t *tracker) tlsCounts() (handed, refused int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.tlsHanded, t.tlsRefused
+}
+
+// exportTLS makes a Detached of a TLS session handed to us and taken again
+// (c, a *tlsresume.Conn), with plain, the application data read during the
+// take; ok false means it had ended (closed, counted as refused).
+func (t *tracker) exportTLS(c sockConn, plain []byte) (Detached, bool) {
+	defer clear(plain)
+	refuse := func() (Detached, bool) {
+		c.Close()
+		t.mu.Lock()
+		t.tlsRefused++
+		t.mu.Unlock()
+		return Detached{}, false
+	}
+	conn, ok := c.(*tlsresume.Conn)
+	if !ok {
+		return refuse()
+	}
+	raw, st, err := conn.Export(plain)
+	if err != nil {
+		return refuse()
+	}
+	defer st.Zero()
+	tc, isTCP := raw.(*net.TCPConn)
+	b, err := st.MarshalBinary()
+	if !isTCP || err != nil {
+		raw.Close()
+		return refuse()
+	}
+	return Detached{Conn: tc, Unread: b}, true
 }

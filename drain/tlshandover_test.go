@@ -48,7 +48,8 @@ func getLocal(t *testing.T, c *http.Client, url string) (string, string) {
 // (same local port), with no new dial and no new handshake, and B's handler
 // sees r.TLS. A TLS 1.2 connection is not handed over, and is closed as
 // before, and an HTTP/2 one goes away in two steps as before. A's report
-// counts each kind.
+// counts each kind. B hands the session on again to C, at its own drain,
+// and the client goes on once more.
 func TestTLSHandOver(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
@@ -56,7 +57,8 @@ func TestTLSHandOver(t *testing.T) {
 		ln := listenTCP(t, "127.0.0.1:0")
 		url := "https://" + ln.Addr().String()
 		var handshakes atomic.Int64
-		b := &drain.Server{HTTP: &http.Server{Handler: tlsNamed("B")}}
+		c := &drain.Server{HTTP: &http.Server{Handler: tlsNamed("C")}}
+		b := &drain.Server{HTTP: &http.Server{Handler: tlsNamed("B")}, HandOver: passTo(c)}
 		a := &drain.Server{
 			HTTP: &http.Server{Handler: tlsNamed("A"), TLSConfig: &tls.Config{
 				Certificates: []tls.Certificate{cert.TLS},
@@ -66,14 +68,7 @@ func TestTLSHandOver(t *testing.T) {
 				},
 			}},
 			TLSHandOver: true,
-			HandOver: func(ctx context.Context, conns []drain.Detached) (int, error) {
-				for _, d := range conns {
-					if err := b.ServeConn(d.Conn, d.Unread); err != nil {
-						return 0, err
-					}
-				}
-				return len(conns), nil
-			},
+			HandOver:    passTo(b),
 		}
 		served := serve(t, func() error { return a.ServeTLS(ln, "", "") })
 		var dials atomic.Int64
@@ -127,13 +122,38 @@ func TestTLSHandOver(t *testing.T) {
 		if n, d := handshakes.Load(), dials.Load(); n != 3 || d != 3 {
 			t.Fatalf("%d handshakes and %d dials, want 3 and 3 (one per client)", n, d)
 		}
-		c13.CloseIdleConnections()
+		// B hands the session on again, to C.
 		brep, err := b.Shutdown(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if brep.HTTP.Received != 1 {
-			t.Fatalf("B received %d connections, want 1", brep.HTTP.Received)
+		if h := brep.HTTP; h.Received != 1 || h.HandedOver != 1 || h.HandedOverTLS != 1 {
+			t.Fatalf("B: received %d, handed over %d (TLS %d), want 1, 1, 1", h.Received, h.HandedOver, h.HandedOverTLS)
+		}
+		for i := range 3 {
+			body, again := getLocal(t, c13, fmt.Sprintf("%s/again%d", url, i))
+			if want := fmt.Sprintf("C /again%d tls=true", i); body != want || again != local {
+				t.Fatalf("after the second handover: %q on %s, want %q on %s", body, again, want, local)
+			}
+		}
+		if n := handshakes.Load(); n != 3 {
+			t.Fatalf("%d handshakes, want 3", n)
+		}
+		c13.CloseIdleConnections()
+		if _, err := c.Shutdown(ctx); err != nil {
+			t.Fatal(err)
 		}
 	})
+}
+
+// passTo is a HandOver that serves the connections on s.
+func passTo(s *drain.Server) func(context.Context, []drain.Detached) (int, error) {
+	return func(ctx context.Context, conns []drain.Detached) (int, error) {
+		for _, d := range conns {
+			if err := s.ServeConn(d.Conn, d.Unread); err != nil {
+				return 0, err
+			}
+		}
+		return len(conns), nil
+	}
 }

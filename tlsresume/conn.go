@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -69,7 +70,7 @@ func New(c net.Conn, st *State) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(st.Unread) > maxUnread {
+	if len(st.Unread) > maxUnread || len(st.Plain) > maxUnread {
 		return nil, fmt.Errorf("new: %w: %d unread bytes", ErrBadState, len(st.Unread))
 	}
 	rs := append([]byte(nil), st.ReadSecret...)
@@ -91,7 +92,11 @@ func New(c net.Conn, st *State) (*Conn, error) {
 		Version: tls.VersionTLS13, HandshakeComplete: true, CipherSuite: s.id,
 		ServerName: st.ServerName, NegotiatedProtocol: st.NegotiatedProtocol,
 	}
-	return &Conn{conn: c, in: in, out: out, raw: raw, cs: cs}, nil
+	var plain []byte
+	if len(st.Plain) > 0 {
+		plain = append([]byte(nil), st.Plain...)
+	}
+	return &Conn{conn: c, in: in, out: out, raw: raw, plain: plain, cs: cs}, nil
 }
 
 // Read reads application data. It returns io.EOF after the peer's
@@ -366,6 +371,71 @@ func (c *Conn) Close() error {
 		c.rmu.Unlock()
 	})
 	return c.closeErr
+}
+
+// CloseWrite sends close_notify: we write no more (the socket stays open,
+// as tls.Conn.CloseWrite does).
+func (c *Conn) CloseWrite() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return c.werr
+	}
+	err := c.sendLocked(typeAlert, []byte{1, alertCloseNotify})
+	if err == nil {
+		c.werr = errClosedWrite
+	}
+	return err
+}
+
+var errClosedWrite = errors.New("tls: CloseWrite called")
+
+// Export hands the session on (a Conn handed over again): it returns the
+// socket and the State to continue it, with plain (application data read
+// from c and not consumed) before what c itself still holds. c must have no
+// Read or Write in progress; it is unusable afterwards, its keys erased,
+// its socket the caller's. A Conn that failed or was closed is refused.
+func (c *Conn) Export(plain []byte) (net.Conn, *State, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.rerr != nil || c.werr != nil {
+		return nil, nil, fmt.Errorf("export: %w: the connection has ended", ErrNotProven)
+	}
+	st := &State{
+		Suite:       c.in.suite.id,
+		ReadSecret:  append([]byte(nil), c.in.secret...),
+		WriteSecret: append([]byte(nil), c.out.secret...),
+		ReadSeq:     c.in.seq,
+		WriteSeq:    c.out.seq,
+		Unread:      append([]byte(nil), c.raw...),
+		Plain:       append(append([]byte(nil), plain...), c.plain...),
+		ServerName:  c.cs.ServerName, NegotiatedProtocol: c.cs.NegotiatedProtocol,
+	}
+	if len(st.Unread) > maxUnread || len(st.Plain) > maxUnread {
+		st.Zero()
+		return nil, nil, fmt.Errorf("export: %w: too much read ahead", ErrNotProven)
+	}
+	c.rerr, c.werr = errExported, errExported
+	c.in.zero()
+	c.out.zero()
+	clear(c.raw)
+	clear(c.plain)
+	c.raw, c.plain = nil, nil
+	c.closeOnce.Do(func() {}) // Close no longer closes the socket
+	return c.conn, st, nil
+}
+
+var errExported = errors.New("tls session handed over")
+
+// SyscallConn is the socket's.
+func (c *Conn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
 }
 
 // NetConn returns the socket under the record layer.

@@ -296,3 +296,57 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// TestConnExport: a Conn exported mid-session (with application data its
+// reader had not consumed, and a record half read) goes on in a new Conn:
+// the peer notices nothing, and the old Conn no longer reads or writes.
+func TestConnExport(t *testing.T) {
+	client, server := newPair(t, tls.TLS_CHACHA20_POLY1305_SHA256)
+	client.Write([]byte("hello world"))
+	expectRead(t, server, []byte("hello"))
+	if err := client.UpdateKeys(true); err != nil {
+		t.Fatal(err)
+	}
+	// Half a record arrives: the server's Read times out with it read.
+	rec := sealedBy(t, client, []byte("-next"))
+	client.conn.Write(rec[:7])
+	server.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	buf := make([]byte, 6)
+	if n, err := io.ReadFull(server, buf); n != 6 || err != nil {
+		t.Fatalf("read %d: %v", n, err)
+	}
+	if _, err := server.Read(buf); err == nil {
+		t.Fatal("read past the half record")
+	}
+	raw, st, err := server.Export([]byte("(was read)"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.Write([]byte("x")); err == nil {
+		t.Fatal("exported Conn still writes")
+	}
+	raw.SetDeadline(time.Now().Add(30 * time.Second))
+	next, err := New(raw, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.conn.Write(rec[7:])
+	expectRead(t, next, []byte("(was read)-next"))
+	next.Write([]byte("reply"))
+	expectRead(t, client, []byte("reply"))
+	server.Close() // closes nothing: the socket is next's
+	next.Write([]byte("still"))
+	expectRead(t, client, []byte("still"))
+}
+
+// sealedBy returns the record c would write for p, advancing its sequence
+// number as if written.
+func sealedBy(t *testing.T, c *Conn, p []byte) []byte {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	b, err := c.sealLocked(nil, typeApplication, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -88,9 +88,15 @@
 // secret; no Recorder starts), HTTP/2 (its HPACK and stream state cannot
 // travel: the drain's two-step GOAWAY stays), connections with client
 // certificates (the successor could not show them to handlers), connections
-// not provably idle, and any state not proven exactly. A continued
-// connection (a Conn) is not handed over again: at the next handoff it is
-// closed idle, as before.
+// not provably idle, and any state not proven exactly.
+//
+// # Handing over again
+//
+// A continued connection is handed over again without any proof: Conn
+// knows its state exactly. Conn.Export returns the socket and a State
+// whose Plain carries the application data already decrypted and not
+// consumed (the drain takes it from net/http as it takes a plain
+// connection, in the Read net/http makes between two requests).
 //
 // # Platform
 //

@@ -21,6 +21,10 @@ type State struct {
 	ReadSeq     uint64
 	WriteSeq    uint64
 	Unread      []byte
+	// Plain is application data already decrypted and not consumed (a
+	// Conn handed over again: what its reader had not taken); Read returns
+	// it first.
+	Plain []byte
 	// ServerName and NegotiatedProtocol are the handshake's SNI and ALPN
 	// results, for the successor's tls.ConnectionState (see
 	// Conn.ConnectionState); not secret.
@@ -50,7 +54,7 @@ var ErrBadState = errors.New("malformed tls state")
 // unread bytes, length-prefixed. The result holds the secrets in the clear:
 // zero it after use (see "Security" in the package doc).
 func (s *State) MarshalBinary() ([]byte, error) {
-	if len(s.ReadSecret) > 255 || len(s.WriteSecret) > 255 || len(s.Unread) > maxUnread || len(s.ServerName) > 255 || len(s.NegotiatedProtocol) > 255 {
+	if len(s.ReadSecret) > 255 || len(s.WriteSecret) > 255 || len(s.Unread) > maxUnread || len(s.Plain) > maxUnread || len(s.ServerName) > 255 || len(s.NegotiatedProtocol) > 255 {
 		return nil, fmt.Errorf("marshal: %w: secret or unread bytes too long", ErrBadState)
 	}
 	b := make([]byte, 0, len(stateMagic)+2+16+2+len(s.ReadSecret)+len(s.WriteSecret)+4+len(s.Unread))
@@ -64,6 +68,8 @@ func (s *State) MarshalBinary() ([]byte, error) {
 	b = append(b, s.WriteSecret...)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s.Unread)))
 	b = append(b, s.Unread...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s.Plain)))
+	b = append(b, s.Plain...)
 	b = append(b, byte(len(s.ServerName)))
 	b = append(b, s.ServerName...)
 	b = append(b, byte(len(s.NegotiatedProtocol)))
@@ -101,6 +107,13 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	n := int(binary.BigEndian.Uint32(b))
 	t.Unread = append([]byte(nil), b[4:4+n]...)
 	b = b[4+n:]
+	if len(b) < 4 || uint64(len(b)-4) < uint64(binary.BigEndian.Uint32(b)) || binary.BigEndian.Uint32(b) > maxUnread {
+		t.Zero()
+		return bad("plaintext")
+	}
+	n = int(binary.BigEndian.Uint32(b))
+	t.Plain = append([]byte(nil), b[4:4+n]...)
+	b = b[4+n:]
 	var sn, np []byte
 	if sn, b, ok = cutVec8(b); !ok {
 		t.Zero()
@@ -129,5 +142,6 @@ func (s *State) Zero() {
 	clear(s.ReadSecret)
 	clear(s.WriteSecret)
 	clear(s.Unread)
-	s.ReadSecret, s.WriteSecret, s.Unread = nil, nil, nil
+	clear(s.Plain)
+	s.ReadSecret, s.WriteSecret, s.Unread, s.Plain = nil, nil, nil, nil
 }
