@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
 )
 
 // sClient is an openssl s_client process talking to addr.
@@ -90,6 +92,7 @@ func TestOpenSSLKeyUpdate(t *testing.T) {
 	for _, suite := range []uint16{tls.TLS_AES_128_GCM_SHA256, tls.TLS_AES_256_GCM_SHA384, tls.TLS_CHACHA20_POLY1305_SHA256} {
 		for _, k := range []string{"K", "k", ""} {
 			t.Run(tls.CipherSuiteName(suite)+"/"+k, func(t *testing.T) {
+				netnstest.CheckLeaks(t)
 				s := startTLSServer(t, "first")
 				c := startSClient(t, s.addr, tls.CipherSuiteName(suite))
 				c.send(t, "GET /one HTTP/1.1\nHost: localhost\n")

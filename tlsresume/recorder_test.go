@@ -152,6 +152,7 @@ func get(t *testing.T, c *http.Client, url string) (string, string) {
 // connection and see no handshake; the second handover (from Conn's side)
 // is the drain's concern, not tested here.
 func TestHandOverInProcess(t *testing.T) {
+	netnstest.CheckLeaks(t)
 	s := startTLSServer(t, "first")
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.cert.Pool, MinVersion: tls.VersionTLS13}, MaxIdleConnsPerHost: 1}
 	defer tr.CloseIdleConnections()
@@ -198,6 +199,7 @@ func TestHandOverInProcess(t *testing.T) {
 
 // TestNotProvenTLS12: a TLS 1.2 connection is never proven.
 func TestNotProvenTLS12(t *testing.T) {
+	netnstest.CheckLeaks(t)
 	s := startTLSServer(t, "first")
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.cert.Pool, MaxVersion: tls.VersionTLS12}}
 	defer tr.CloseIdleConnections()

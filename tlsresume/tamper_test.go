@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
 )
 
 // tamperProxy forwards one connection to addr; once armed, it flips a bit
@@ -40,7 +42,7 @@ func startTamperProxy(t *testing.T, to string) *tamperProxy {
 			return
 		}
 		defer s.Close()
-		go func() { io.Copy(c, s); c.Close() }()
+		go func() { io.Copy(struct{ io.Writer }{c}, s); c.Close() }() // no splice: its pipes outlive the test
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := c.Read(buf)
@@ -65,6 +67,7 @@ func startTamperProxy(t *testing.T, to string) *tamperProxy {
 // handover is refused: the client gets a bad_record_mac alert and the
 // connection closes.
 func TestTamperedAfterHandOver(t *testing.T) {
+	netnstest.CheckLeaks(t)
 	s := startTLSServer(t, "first")
 	p := startTamperProxy(t, s.addr)
 	tc, err := tls.Dial("tcp", p.addr, &tls.Config{RootCAs: s.cert.Pool, ServerName: "localhost", MinVersion: tls.VersionTLS13})
