@@ -5,43 +5,46 @@ import (
 	"fmt"
 )
 
-// record follows one whole record of direction d (header d.hdr, d.payload).
-// Called with r.mu.
-func (r *Recorder) record(d *direction, read bool) {
+// record follows one whole record of direction d (header d.hdr); keep
+// reports whether it is now d's last record (to be copied by the caller:
+// see keepLast). Called with r.mu.
+func (r *Recorder) record(d *direction, read bool, payload []byte) (keep bool) {
 	typ := d.hdr[0]
 	if read && !r.hello {
-		r.clientHello()
-		return
+		r.clientHello(payload)
+		return false
 	}
 	if d.h == nil {
 		if typ == typeApplication {
-			r.trial(d, read)
+			return r.trial(d, read, payload)
 		}
-		return // the handshake's plaintext records, change_cipher_spec
+		return false // the handshake's plaintext records, change_cipher_spec
 	}
 	if typ != typeApplication {
 		r.fail(fmt.Errorf("record of outer type %d after the handshake", typ))
-		return
+		return false
 	}
 	d.lastSeq, d.lastPrev = d.h.seq, false
-	d.keepLast()
-	if !read && len(d.payload) > smallWrite {
+	if !read && len(payload) > smallWrite {
 		d.h.seq++ // application data or a NewSessionTicket of ours
-		return
+		return true
 	}
-	pt, err := d.h.aead.Open(nil, d.h.nonce(), d.payload, d.hdr[:])
+	pt, err := d.h.aead.Open(d.scratch[:0], d.h.nonce(), payload, d.hdr[:])
 	if err != nil {
 		r.fail(fmt.Errorf("record %d does not authenticate where it must", d.h.seq))
-		return
+		return false
 	}
 	d.h.seq++
 	r.inner(d, read, pt)
 	clear(pt)
+	if cap(pt) <= keepBuffer {
+		d.scratch = pt[:0]
+	}
+	return true
 }
 
 // clientHello takes the client random from the connection's first record.
-func (r *Recorder) clientHello() {
-	p := r.in.payload
+func (r *Recorder) clientHello(p []byte) {
 	// handshake type 1, length (3), legacy_version (2), random (32)
 	if r.in.hdr[0] != typeHandshake || len(p) < 4+2+32 || p[0] != 1 {
 		r.fail(errors.New("first record is not a whole ClientHello"))
@@ -54,22 +57,22 @@ func (r *Recorder) clientHello() {
 // trial opens an encrypted record of d at sequence number 0 with the
 // application keys: the first that authenticates starts d's application
 // records; the others were the handshake's. Called with r.mu.
-func (r *Recorder) trial(d *direction, read bool) {
+func (r *Recorder) trial(d *direction, read bool, payload []byte) (keep bool) {
 	d.trials++
 	if d.trials > maxTrials {
 		r.fail(errors.New("no record under the application traffic secret"))
-		return
+		return false
 	}
 	secret := r.secretFor(read)
 	if secret == nil {
-		return // not logged yet: a handshake record (or not TLS 1.3)
+		return false // not logged yet: a handshake record (or not TLS 1.3)
 	}
 	for _, s := range r.suitesFor(len(secret)) {
 		h, err := newHalf(s, append([]byte(nil), secret...), 0)
 		if err != nil {
 			continue
 		}
-		pt, err := h.aead.Open(nil, h.nonce(), d.payload, d.hdr[:])
+		pt, err := h.aead.Open(nil, h.nonce(), payload, d.hdr[:])
 		if err != nil {
 			h.zero()
 			continue
@@ -78,12 +81,12 @@ func (r *Recorder) trial(d *direction, read bool) {
 		clear(d.first)
 		d.first = nil
 		d.lastSeq = 0
-		d.keepLast()
 		h.seq = 1
 		r.inner(d, read, pt)
 		clear(pt)
-		return
+		return true
 	}
+	return false
 }
 
 // secretFor returns the application traffic secret of a direction (the
@@ -147,13 +150,13 @@ func (r *Recorder) inner(d *direction, read bool, pt []byte) {
 	}
 }
 
-// keepLast copies the current record as d's last, in a buffer no larger
-// than it needs when it is small (see keepBuffer).
-func (d *direction) keepLast() {
-	n := recordHeaderLen + len(d.payload)
+// keepLast copies the record hdr, payload as d's last, in a buffer no
+// larger than it needs when it is small (see keepBuffer).
+func (d *direction) keepLast(hdr, payload []byte) {
+	n := recordHeaderLen + len(payload)
 	if cap(d.last) > keepBuffer && n <= keepBuffer {
 		clear(d.last)
 		d.last = nil
 	}
-	d.last = append(append(d.last[:0], d.hdr[:]...), d.payload...)
+	d.last = append(append(d.last[:0], hdr...), payload...)
 }

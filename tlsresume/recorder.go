@@ -53,7 +53,8 @@ type Recorder struct {
 type direction struct {
 	hdr     [recordHeaderLen]byte
 	hn      int
-	payload []byte
+	payload []byte // a record arriving in pieces, so far
+	scratch []byte // plaintext buffer, reused
 	first   []byte // the application traffic secret, until h
 	h       *half  // the application keys, once a record authenticated with them
 	prev    []byte // the secret before the last KeyUpdate
@@ -186,7 +187,8 @@ func (r *Recorder) forgetLocked() {
 		clear(d.last)
 		clear(d.tail)
 		clear(d.payload)
-		d.h, d.prev, d.first, d.last, d.tail, d.payload = nil, nil, nil, nil, nil, nil
+		clear(d.scratch[:cap(d.scratch)])
+		d.h, d.prev, d.first, d.last, d.tail, d.payload, d.scratch = nil, nil, nil, nil, nil, nil, nil
 	}
 	if r.hello {
 		r.capture.forget(r.random)
@@ -200,9 +202,22 @@ func (r *Recorder) fail(err error) {
 	}
 }
 
-// feed follows the bytes p of direction d. Called with r.mu.
+// feed follows the bytes p of direction d. Whole records in p are followed
+// in place; only the last one is copied (as d.last). Called with r.mu.
 func (r *Recorder) feed(d *direction, read bool, p []byte) {
+	var pending []byte // the last record followed in place in p, to keep
 	for len(p) > 0 && r.broken == nil {
+		if d.hn == 0 && len(p) >= recordHeaderLen {
+			n := int(p[3])<<8 | int(p[4])
+			if n <= maxCiphertext && len(p) >= recordHeaderLen+n {
+				copy(d.hdr[:], p)
+				if r.record(d, read, p[recordHeaderLen:recordHeaderLen+n]) {
+					pending = p[:recordHeaderLen+n]
+				}
+				p = p[recordHeaderLen+n:]
+				continue
+			}
+		}
 		if d.hn < recordHeaderLen {
 			m := copy(d.hdr[d.hn:], p)
 			d.hn += m
@@ -218,11 +233,17 @@ func (r *Recorder) feed(d *direction, read bool, p []byte) {
 		d.payload = append(d.payload, p[:m]...)
 		p = p[m:]
 		if len(d.payload) == n {
-			r.record(d, read)
+			if r.record(d, read, d.payload) {
+				d.keepLast(d.hdr[:], d.payload)
+				pending = nil
+			}
 			d.hn, d.payload = 0, d.payload[:0]
 			if cap(d.payload) > keepBuffer {
 				d.payload = nil // an idle connection keeps no 16 KiB buffer
 			}
 		}
+	}
+	if pending != nil && r.broken == nil {
+		d.keepLast(pending[:recordHeaderLen], pending[recordHeaderLen:])
 	}
 }
