@@ -348,18 +348,28 @@ func (c *Conn) sealLocked(buf []byte, typ byte, content []byte) ([]byte, error) 
 }
 
 // Close sends close_notify (within 5 seconds) unless the connection has
-// failed, closes the socket and erases the keys. It is safe to call twice.
+// failed or a Write is in progress (Close then breaks it), closes the socket
+// and erases the keys. It is safe to call twice, and concurrently with Read
+// and Write.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
+		// A Write in progress (blocked on a peer that does not read) means
+		// Close is breaking it, as with tls.Conn: no close_notify then.
+		if c.wmu.TryLock() {
+			if c.werr == nil {
+				c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck // best effort
+				c.sendLocked(typeAlert, []byte{1, alertCloseNotify})     //nolint:errcheck // best effort
+				c.werr = net.ErrClosed
+			}
+			c.wmu.Unlock()
+		}
+		c.closeErr = c.conn.Close()
 		c.wmu.Lock()
 		if c.werr == nil {
-			c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck // best effort
-			c.sendLocked(typeAlert, []byte{1, alertCloseNotify})     //nolint:errcheck // best effort
 			c.werr = net.ErrClosed
 		}
 		c.out.zero()
 		c.wmu.Unlock()
-		c.closeErr = c.conn.Close()
 		c.rmu.Lock()
 		if c.rerr == nil {
 			c.rerr = net.ErrClosed

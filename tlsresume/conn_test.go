@@ -350,3 +350,33 @@ func sealedBy(t *testing.T, c *Conn, p []byte) []byte {
 	}
 	return b
 }
+
+// TestConnCloseBreaksWrite: Close while a Write is blocked (the peer reads
+// nothing) returns, and the Write fails, as with tls.Conn.
+func TestConnCloseBreaksWrite(t *testing.T) {
+	_, server := newPair(t, tls.TLS_AES_128_GCM_SHA256)
+	werr := make(chan error, 1)
+	go func() {
+		big := make([]byte, 64<<20) // more than the socket buffers hold
+		_, err := server.Write(big)
+		werr <- err
+	}()
+	// Wait (bounded) until the Write holds the lock, blocked in the socket.
+	for i := 0; server.wmu.TryLock(); i++ {
+		server.wmu.Unlock()
+		if i > 2000 {
+			t.Fatal("Write never began")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan struct{})
+	go func() { server.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close blocked behind the Write")
+	}
+	if err := <-werr; err == nil {
+		t.Fatal("the blocked Write succeeded")
+	}
+}
