@@ -26,7 +26,8 @@ import (
 // it answers every request with its pid, and in X-Resumed whether the
 // connection resumed a TLS session (the server's DidResume). It prints
 // "serving <generation> <pid> <addr>" once served and "report <generation>"
-// when Serve returns. ZD_NO_TICKETS=1 sets Options.NoTicketHandoff.
+// when Serve returns. ZD_NO_TICKETS=1 sets Options.NoTicketHandoff,
+// ZD_TLS_HANDOFF=1 Options.TLSHandoff.
 func resumeMain() {
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS != nil {
@@ -45,13 +46,20 @@ func resumeMain() {
 		Successor:       zerodrop.ReExec,
 		Grace:           10 * time.Second,
 		NoTicketHandoff: os.Getenv("ZD_NO_TICKETS") != "",
+		TLSHandoff:      os.Getenv("ZD_TLS_HANDOFF") != "",
 		OnServing:       func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },
 	})
 	if err != nil {
 		fmt.Printf("error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 		os.Exit(1)
 	}
-	fmt.Printf("report %d %s\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"))
+	var handed, refused int
+	for _, d := range rep.Drains {
+		if d != nil && d.HTTP != nil {
+			handed, refused = handed+d.HTTP.HandedOverTLS, refused+d.HTTP.TLSNotHandedOver
+		}
+	}
+	fmt.Printf("report %d %s tls_handed=%d tls_refused=%d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), handed, refused)
 }
 
 // resumedGet sends one request on a new connection of c and returns the pid

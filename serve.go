@@ -78,6 +78,13 @@ type Options struct {
 	// handoff.Upgrader.PassConns), so that its client notices nothing; TLS
 	// and HTTP/2 connections are drained (they cannot be passed).
 	NoConnHandoff bool
+	// TLSHandoff, with Handoff or Pool, passes idle HTTP/1.1 TLS 1.3
+	// connections too, with their session (drain.Server.TLSHandOver,
+	// package tlsresume): their clients see neither a close nor a
+	// handshake. Connections whose state cannot be proven (TLS 1.2, client
+	// certificates) are drained as without it, and HTTP/2 keeps its
+	// two-step GOAWAY. The successor must run this version or later.
+	TLSHandoff bool
 	// Pool, if set, is a directory shared by the workers of a SO_REUSEPORT
 	// pool (only we may write it, as for Handoff's), so that a worker
 	// stopped by a signal or ctx passes its keep-alive connections to a
@@ -325,8 +332,9 @@ func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) (
 	for i, l := range g.lns {
 		h := hs[i]
 		servers[i] = &drain.Server{HTTP: h, Logger: log}
-		if (g.u != nil || opts.Pool != "") && !opts.NoConnHandoff && h.TLSConfig == nil {
+		if (g.u != nil || opts.Pool != "") && !opts.NoConnHandoff && (h.TLSConfig == nil || opts.TLSHandoff) {
 			servers[i].HandOver = g.handOver(g.names[i])
+			servers[i].TLSHandOver = opts.TLSHandoff
 		}
 		if opts.Drain != nil {
 			opts.Drain(g.names[i], servers[i])

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
+	"github.com/zerodrop/zerodrop/tlsresume"
 )
 
 // connInfo is what the tracker knows of one connection.
@@ -44,6 +45,11 @@ type connInfo struct {
 	// connection's goroutine under the tracker's lock, so its handler reads
 	// it without.
 	respClose bool
+	// tlsRefused: a TLS connection whose state could not be proven for a
+	// handover (TLSHandOver); continued: the session a handed-over TLS
+	// connection goes on with here (ServeConn).
+	tlsRefused bool
+	continued  *tlsresume.Conn
 }
 
 // goneAway: an idle HTTP/2 connection told to go away in two steps, whose
@@ -73,6 +79,8 @@ type tracker struct {
 
 	completed, keepAlive int // counted after the drain began
 	pendingServed        int // pending connections that were then served
+	tlsHanded            int // TLS connections handed over with their session
+	tlsRefused           int // TLS connections whose state could not be proven
 	userState            func(net.Conn, http.ConnState)
 	userContext          func(context.Context, net.Conn) context.Context
 	epoch                time.Time // of connInfo.closeAt
@@ -123,6 +131,8 @@ func (t *tracker) connState(c net.Conn, s http.ConnState) {
 	c = h2Key(c) // net/http's HTTP/2 names the connection it serves
 	if dc, ok := c.(*detachConn); ok {
 		dc.state(s)
+	} else if rec := recorder(c); rec != nil {
+		rec.ConnState(s)
 	}
 	t.probeH2(c, s)
 	t.mu.Lock()
@@ -168,6 +178,7 @@ func (t *tracker) signal() {
 func (t *tracker) handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ci, _ := r.Context().Value(connKey{}).(*connInfo)
+		withTLSState(r, ci)
 		var closeIt bool
 		switch {
 		case ci == nil:
@@ -540,7 +551,7 @@ func (t *tracker) dueIdle(now, from time.Time, grace time.Duration) (due []net.C
 				continue
 			}
 			due = append(due, c)
-			if ci.tls != nil {
+			if ci.tls != nil || ci.continued != nil {
 				dueTLS++
 			}
 		case ci.state == http.StateActive && !ci.respClose:
@@ -560,7 +571,7 @@ func (t *tracker) idle(doClose bool) (n, tlsConns int) {
 	for c, ci := range t.conns {
 		if ci.waiting() && !ci.h2 { // HTTP/2: told to go away, never closed bare
 			idle = append(idle, c)
-			if ci.tls != nil {
+			if ci.tls != nil || ci.continued != nil {
 				tlsConns++
 			}
 		}

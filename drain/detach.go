@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/neterr"
@@ -54,7 +55,7 @@ import (
 // Read has a shorter buffer or comes outside the peek phase (no take);
 // TestDetachExactlyOnce pins the sequence.
 type detachConn struct {
-	*net.TCPConn
+	sockConn
 	mu        sync.Mutex
 	full      int    // the length of the first Read's buffer
 	idle      bool   // between StateIdle and the end of the peek phase
@@ -73,6 +74,14 @@ type detachConn struct {
 	beforeWake func() // tests: runs between the mark and the wake
 }
 
+// sockConn is what a detachConn wraps: a *net.TCPConn, or the
+// *tlsresume.Conn of a TLS session handed over to us (tlshandover.go).
+type sockConn interface {
+	net.Conn
+	syscall.Conn
+	CloseWrite() error
+}
+
 // errDetached is what net/http's Read gets once its connection is taken.
 var errDetached = errors.New("connection handed over")
 
@@ -81,8 +90,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // newDetachConn wraps c; net/http reads prefix first (the unconsumed bytes
 // of a connection served again), then the socket.
-func newDetachConn(c *net.TCPConn, prefix []byte) *detachConn {
-	return &detachConn{TCPConn: c, closed: make(chan struct{}), prefix: prefix}
+func newDetachConn(c sockConn, prefix []byte) *detachConn {
+	return &detachConn{sockConn: c, closed: make(chan struct{}), prefix: prefix}
 }
 
 // Read reads from the socket, unless the connection is being taken.
@@ -105,7 +114,7 @@ func (c *detachConn) Read(p []byte) (int, error) {
 	}
 	c.inRead = len(p)
 	c.mu.Unlock()
-	n, err := c.TCPConn.Read(p)
+	n, err := c.sockConn.Read(p)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.inRead = 0
@@ -134,7 +143,7 @@ func (c *detachConn) SetReadDeadline(t time.Time) error {
 		}
 	}
 	c.mu.Unlock()
-	return c.TCPConn.SetReadDeadline(t)
+	return c.sockConn.SetReadDeadline(t)
 }
 
 // Write refuses once the connection is being taken.
@@ -145,7 +154,7 @@ func (c *detachConn) Write(p []byte) (int, error) {
 	if d {
 		return 0, neterr.OpConn("write", "tcp", c, errDetached)
 	}
-	return c.TCPConn.Write(p)
+	return c.sockConn.Write(p)
 }
 
 // Close closes the socket, unless the connection is being taken: then it
@@ -158,7 +167,7 @@ func (c *detachConn) Close() error {
 		c.closeOnce.Do(func() { close(c.closed) })
 		return nil
 	}
-	return c.TCPConn.Close()
+	return c.sockConn.Close()
 }
 
 // state follows net/http's ConnState for c.
@@ -187,7 +196,7 @@ func (c *detachConn) takeable() bool {
 // during the take, which precede what the socket still holds. When ctx ends
 // before net/http let go (it always does, at once), the socket is closed
 // and ctx's error returned.
-func (c *detachConn) detach(ctx context.Context) (conn *net.TCPConn, unread []byte, ok bool, err error) {
+func (c *detachConn) detach(ctx context.Context) (conn sockConn, unread []byte, ok bool, err error) {
 	if !c.beginDetach() {
 		return nil, nil, false, nil
 	}
@@ -209,7 +218,7 @@ func (c *detachConn) beginDetach() bool {
 	if c.beforeWake != nil {
 		c.beforeWake()
 	}
-	if err := c.TCPConn.SetReadDeadline(aLongTimeAgo); err != nil {
+	if err := c.sockConn.SetReadDeadline(aLongTimeAgo); err != nil {
 		c.wakeErr = err
 	}
 	return true
@@ -217,7 +226,7 @@ func (c *detachConn) beginDetach() bool {
 
 // finishDetach waits for net/http to let go of a connection beginDetach
 // marked, and returns the socket and the bytes read during the take.
-func (c *detachConn) finishDetach(ctx context.Context) (*net.TCPConn, []byte, error) {
+func (c *detachConn) finishDetach(ctx context.Context) (sockConn, []byte, error) {
 	if c.wakeErr != nil {
 		return nil, nil, c.fail(c.wakeErr)
 	}
@@ -226,18 +235,18 @@ func (c *detachConn) finishDetach(ctx context.Context) (*net.TCPConn, []byte, er
 	case <-ctx.Done():
 		return nil, nil, c.fail(ctx.Err())
 	}
-	if err := c.TCPConn.SetReadDeadline(time.Time{}); err != nil {
+	if err := c.sockConn.SetReadDeadline(time.Time{}); err != nil {
 		return nil, nil, c.fail(err)
 	}
 	c.mu.Lock()
 	unread := c.unread
 	c.mu.Unlock()
-	return c.TCPConn, unread, nil
+	return c.sockConn, unread, nil
 }
 
 // fail closes the socket of a take that could not finish.
 func (c *detachConn) fail(err error) error {
-	c.TCPConn.Close()
+	c.sockConn.Close()
 	return neterr.OpConn("detach", "tcp", c, err)
 }
 

@@ -183,11 +183,18 @@
 // once, by one of the two processes. Connections are taken and offered
 // HandOverBatch (16) at a time: a request that arrives on a connection once
 // it is taken waits until the successor serves it, so each waits for one
-// small batch while the others are still served here. The successor serves the connection
-// with ServeConn, as if accepted, and can hand it over again. TLS and HTTP/2
-// connections are never handed over (their state lives in crypto/tls and
-// net/http); they get IdleGrace as before, counted in
-// HTTPReport.IdleClosedTLS when closed idle. A passed connection waits for
+// small batch while the others are still served here. The successor serves
+// the connection with ServeConn, as if accepted, and can hand it over again.
+// HTTP/2 connections are never handed over (their state lives in
+// net/http), nor TLS ones unless Server.TLSHandOver: then ServeTLS records
+// each connection's TLS 1.3 record layer (package tlsresume), and an idle
+// HTTP/1.1 one whose state is proven exactly goes over with its session
+// (Detached.Unread is its marshalled tlsresume.State, which ServeConn
+// recognises and continues with a tlsresume.Conn, setting r.TLS for
+// handlers); HTTPReport.HandedOverTLS counts them and TLSNotHandedOver those
+// refused (TLS 1.2, client certificates, state not proven). The others get
+// IdleGrace as before, counted in HTTPReport.IdleClosedTLS when closed
+// idle. A passed connection waits for
 // its next request in the successor as net/http waits for a new
 // connection's first one: at most ReadHeaderTimeout, not IdleTimeout.
 //

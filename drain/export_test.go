@@ -7,7 +7,7 @@ import (
 
 // WatchTLS wraps l as ServeTLS does before handing it to crypto/tls, for
 // BenchmarkTLSHandshake.
-func WatchTLS(l net.Listener) net.Listener { return tlsListener{l, newTracker(&http.Server{})} }
+func WatchTLS(l net.Listener) net.Listener { return tlsListener{l, newTracker(&http.Server{}), nil} }
 
 // SetTestHookHandshakes makes f run once a stepped-out stop has listed the
 // handshakes it waits for (for the tests of package drain_test), until the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/neterr"
+	"github.com/zerodrop/zerodrop/tlsresume"
 )
 
 // Handing connections over to a successor instead of closing them.
@@ -25,7 +26,10 @@ type Detached struct {
 	// Conn is the socket.
 	Conn *net.TCPConn
 	// Unread is what was read from it but not consumed: it precedes what
-	// the socket holds (pass it to ServeConn).
+	// the socket holds (pass it to ServeConn). For a TLS connection
+	// (Server.TLSHandOver) it is its marshalled tlsresume.State, secrets
+	// included: pass it only over the handoff socket, unlogged; the drain
+	// zeroes it once HandOver has taken it.
 	Unread []byte
 }
 
@@ -62,6 +66,9 @@ func (s *Server) ServeConn(c *net.TCPConn, unread []byte) error {
 	cl := s.cl
 	s.received++
 	s.mu.Unlock()
+	if tlsresume.IsState(unread) {
+		return s.serveTLSState(c, unread, cl)
+	}
 	dc := newDetachConn(c, unread)
 	s.t.register(dc) // before net/http has it: a drain now waits for it
 	if !cl.serve(dc) {
@@ -114,6 +121,8 @@ func (s *Server) handOver(ctx context.Context, grace time.Duration, stopped <-ch
 			graceOver = tm.C
 		}
 		cands, left := s.t.detachable()
+		tlsNow, tlsLeft := s.t.tlsCandidates()
+		left += tlsLeft
 		var begun []*detachConn
 		for _, dc := range cands {
 			if len(begun) == size {
@@ -124,18 +133,45 @@ func (s *Server) handOver(ctx context.Context, grace time.Duration, stopped <-ch
 			}
 		}
 		batch := make([]Detached, 0, len(begun))
+		var tlsBatch []Detached
 		for _, dc := range begun {
 			c, unread, ferr := dc.finishDetach(ctx)
 			if ferr != nil { // ctx ended while net/http let go: closed
 				err = ferr
 				continue
 			}
-			batch = append(batch, Detached{Conn: c, Unread: unread})
+			tc, isTCP := c.(*net.TCPConn)
+			switch {
+			case !isTCP: // a TLS session handed to us, going on
+				if d, ok := s.t.exportTLS(c, unread); ok {
+					tlsBatch = append(tlsBatch, d)
+				}
+			case tlsresume.IsState(unread): // a malformed request that looks like TLS state
+				c.Close()
+			default:
+				batch = append(batch, Detached{Conn: tc, Unread: unread})
+			}
+		}
+		plain := len(batch)
+		batch = append(batch, tlsBatch...)
+		for _, c := range tlsNow {
+			d, ok, terr := s.t.takeTLS(ctx, c)
+			if terr != nil {
+				err = terr
+			} else if ok {
+				batch = append(batch, d)
+			}
 		}
 		if len(batch) > 0 {
 			n, herr := s.HandOver(ctx, batch)
 			n = min(max(n, 0), len(batch))
 			taken += n
+			s.t.mu.Lock()
+			s.t.tlsHanded += max(n-plain, 0)
+			s.t.mu.Unlock()
+			for _, d := range batch[plain:max(n, plain)] {
+				clear(d.Unread) // the session's secrets: passed on, erased here
+			}
 			for _, d := range batch[n:] {
 				if s.ServeConn(d.Conn, d.Unread) == nil {
 					returned++
@@ -167,7 +203,7 @@ func (s *Server) handOver(ctx context.Context, grace time.Duration, stopped <-ch
 }
 
 // detachable returns the connections that may be taken now (plain HTTP/1,
-// new or idle), and how many plain HTTP/1 connections are left to hand
+// or TLS sessions handed to us, new or idle), and how many are left to hand
 // over in all (those, and those in a request).
 func (t *tracker) detachable() (now []*detachConn, left int) {
 	t.mu.Lock()

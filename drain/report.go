@@ -165,6 +165,9 @@ func (r *Report) log(log *zap.Logger) {
 		if h.CloseSpread > 0 {
 			fields = append(fields, zap.Duration("close_spread", h.CloseSpread))
 		}
+		if h.HandedOverTLS > 0 || h.TLSNotHandedOver > 0 {
+			fields = append(fields, zap.Int("handed_over_tls", h.HandedOverTLS), zap.Int("tls_not_handed_over", h.TLSNotHandedOver))
+		}
 	}
 	if r.Remainder > 0 || (r.HTTP != nil && len(r.HTTP.Forced) > 0) {
 		log.Warn("drained with losses", fields...)

@@ -86,9 +86,9 @@ type Server struct {
 	// (conns[:taken] are gone; the rest are served here again) and an error
 	// when it took fewer. Shutdown first calls HandOver(ctx, nil): an error
 	// then means nobody takes connections now, and the drain goes the usual
-	// way. TLS and HTTP/2 connections are never handed over (their state
-	// lives in crypto/tls and net/http). HandOver works with Serve, not
-	// ServeTLS.
+	// way. HTTP/2 connections are never handed over (their state lives in
+	// net/http), nor TLS ones unless TLSHandOver (see there): ServeTLS
+	// hands over only with it.
 	HandOver func(ctx context.Context, conns []Detached) (taken int, err error)
 	// HandOverBatch is how many connections are taken from net/http and
 	// offered to HandOver at once; default 16. A request that arrives on a
@@ -97,6 +97,19 @@ type Server struct {
 	// not taken yet are served here meanwhile. Larger batches make the
 	// handover shorter and each connection's transit longer.
 	HandOverBatch int
+	// TLSHandOver, with HandOver, makes ServeTLS hand its idle HTTP/1.1
+	// connections over too when they run TLS 1.3 and their record-layer
+	// state is proven exactly (package tlsresume): the successor's
+	// ServeConn continues the session, and the client sees neither a close
+	// nor a handshake. ServeTLS then sets HTTP.TLSConfig's KeyLogWriter
+	// (chained before the one it had). TLS 1.2 connections, those with
+	// client certificates, and any whose state cannot be proven are closed
+	// as without it (HTTPReport.TLSNotHandedOver counts them); HTTP/2 keeps
+	// its two-step GOAWAY (its HPACK and stream state cannot travel). A
+	// session ServeConn continues is handed over again at the next
+	// Shutdown with HandOver set, like a plain connection. Successors must
+	// be of this version or later (older ones do not recognise the state).
+	TLSHandOver bool
 	// HandOverGrace bounds how long Shutdown waits for busy connections to
 	// finish their response so they can be handed over; those still busy
 	// then get the usual treatment (IdleGrace). Default 5 s.
@@ -167,8 +180,13 @@ type HTTPReport struct {
 	// HandedOver is the connections HandOver took; HandOverReturned those
 	// it was offered and did not take (they were served here again);
 	// Received the connections ServeConn served in this Server's life.
-	HandedOver       int           `json:"handed_over"`
-	HandOverReturned int           `json:"handover_returned"`
+	HandedOver       int `json:"handed_over"`
+	HandOverReturned int `json:"handover_returned"`
+	// HandedOverTLS is how many of HandedOver were TLS connections, passed
+	// with their session (TLSHandOver); TLSNotHandedOver the TLS
+	// connections whose state could not be proven, left to IdleGrace.
+	HandedOverTLS    int           `json:"handed_over_tls"`
+	TLSNotHandedOver int           `json:"tls_not_handed_over"`
 	Received         int           `json:"received"`
 	HandOverError    string        `json:"handover_error,omitempty"` // why handing over stopped early
 	Forced           []ForcedConn  `json:"forced,omitempty"`         // connections closed at the deadline
@@ -383,6 +401,7 @@ func (s *Server) shutdown(ctx context.Context) (*Report, error) {
 	h.HTTP2 = max(h2Open, h2Left)
 	if handOver {
 		<-handed
+		h.HandedOverTLS, h.TLSNotHandedOver = s.t.tlsCounts()
 		if herr != nil {
 			h.HandOverError = herr.Error()
 		}

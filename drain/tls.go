@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/zerodrop/zerodrop/tlsresume"
 )
 
 // ServeTLS is Serve for HTTPS, like http.Server.ServeTLS: HTTP.TLSConfig is
@@ -29,7 +31,12 @@ import (
 // zerodrop.Serve does both).
 func (s *Server) ServeTLS(l net.Listener, certFile, keyFile string) error {
 	return s.serve(l, func(dl net.Listener) error {
-		return s.HTTP.ServeTLS(tlsListener{dl, s.t}, certFile, keyFile)
+		var capture *tlsresume.Capture
+		if s.TLSHandOver && s.HandOver != nil {
+			capture = new(tlsresume.Capture)
+			s.HTTP.TLSConfig = capture.Config(s.HTTP.TLSConfig)
+		}
+		return s.HTTP.ServeTLS(tlsListener{dl, s.t, capture}, certFile, keyFile)
 	})
 }
 
@@ -67,6 +74,9 @@ func (t *tracker) probeH2(c net.Conn, s http.ConnState) {
 	t.mu.Lock()
 	ci.h2 = true
 	t.mu.Unlock()
+	if rec := recorder(c); rec != nil {
+		rec.Stop() // HTTP/2 is never handed over: follow it no more
+	}
 }
 
 // markPending marks the TLS connections that have not sent a request yet
@@ -107,13 +117,17 @@ func (ci *connInfo) fresh() bool {
 // slow to answer is not taken for a silent client (see tracker.busy).
 type tlsListener struct {
 	net.Listener
-	t *tracker
+	t       *tracker
+	capture *tlsresume.Capture // TLSHandOver: each connection gets a Recorder
 }
 
 func (l tlsListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
+	}
+	if l.capture != nil {
+		c = l.capture.Wrap(c)
 	}
 	return &tlsRaw{Conn: c, t: l.t}, nil
 }
