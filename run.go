@@ -21,9 +21,18 @@ type Service interface {
 	Stop(ctx context.Context, cause string, delay time.Duration) error
 }
 
+// A ReadyService is a Service with work to do once the generation is ready
+// (the predecessor was told to stop), before OnServing: quicdrain's starts
+// reading its UDP socket then, as the predecessor stops reading it. An
+// error stops the generation with cause "serve failed".
+type ReadyService interface {
+	Service
+	Serving(ctx context.Context) error
+}
+
 // Run is the life of a generation serving s, the steps every kind of server
 // goes through: OnListen; Start; Ready (the predecessor stops, systemd is
-// told), OnServing; Wait (upgrade signals start successors) until the
+// told), s's Serving if it is a ReadyService, OnServing; Wait (upgrade signals start successors) until the
 // generation must stop; Stopping; Stop, bounded by the stop's delay plus
 // Options.Grace; Linger. It returns why the generation stopped and what
 // failed. Start failing stops s with cause "start failed", Ready with
@@ -46,6 +55,11 @@ func (g *Generation) Run(ctx context.Context, s Service, status string) (cause s
 	}
 	if err := g.Ready(status); err != nil {
 		return "ready failed", errors.Join(err, stop("ready failed", 0))
+	}
+	if rs, ok := s.(ReadyService); ok {
+		if err := rs.Serving(ctx); err != nil {
+			return "serve failed", errors.Join(fmt.Errorf("zerodrop: serve: %w", err), stop("serve failed", 0))
+		}
 	}
 	if g.opts.OnServing != nil {
 		g.opts.OnServing(g.Number(), g.Addrs())

@@ -79,39 +79,51 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts ServeOpti
 		return nil, err
 	}
 	defer gen.Close()
-	s := &served{rep: &ServeReport{Generation: gen.Number()}, first: make(chan error, 2*len(addrs))}
-	if opts.OnListen != nil {
-		opts.OnListen(gen.Number(), gen.Addrs())
-	}
-	if err := s.listen(ctx, gen, srv, addrs, opts); err != nil {
+	s := &served{rep: &ServeReport{Generation: gen.Number()}, first: make(chan error, 2*len(addrs)), ctx: ctx, srv: srv, addrs: addrs, opts: opts}
+	s.rep.Cause, err = gen.Run(ctx, s, fmt.Sprintf("generation %d serving %s over TCP and UDP", gen.Number(), strings.Join(addrs, " ")))
+	return s.rep, err
+}
+
+// Start takes a QUIC generation beside each TCP listener and serves the
+// TCP ones; the QUIC ones start reading once the generation is ready
+// (Serving).
+func (s *served) Start(gen *zerodrop.Generation) (<-chan error, error) {
+	if err := s.listen(s.ctx, gen, s.srv, s.addrs, s.opts); err != nil {
 		s.close()
+		s.failed = true
 		return nil, err
 	}
 	s.serve()
-	if err := gen.Ready(fmt.Sprintf("generation %d serving %s over TCP and UDP", gen.Number(), strings.Join(addrs, " "))); err != nil {
-		return s.rep, errors.Join(err, s.shutdown(0, 0))
-	}
+	return s.first, nil
+}
+
+// Serving makes each QUIC generation the one that reads its UDP socket.
+func (s *served) Serving(ctx context.Context) error {
 	for _, q := range s.quic {
 		if err := q.Start(ctx); err != nil {
-			s.first <- err
+			return err
 		}
 	}
-	if opts.OnServing != nil {
-		opts.OnServing(gen.Number(), gen.Addrs())
+	return nil
+}
+
+// Stop drains every server (nothing when Start failed: close released it).
+func (s *served) Stop(ctx context.Context, _ string, delay time.Duration) error {
+	if s.failed {
+		return nil
 	}
-	cause, delay, werr := gen.Wait(ctx, s.first)
-	s.rep.Cause = cause
-	gen.Stopping(cause)
-	err = s.shutdown(delay, max(opts.Grace, 0))
-	if werr != nil {
-		err = errors.Join(fmt.Errorf("quicdrain: serve: %w", werr), err)
-	}
-	return s.rep, err
+	return s.shutdown(ctx, delay, max(s.opts.Grace, 0))
 }
 
 // served is what Serve runs on each address: a drain.Server on the TCP
 // listener, an HTTP3 on the QUIC generation.
 type served struct {
+	ctx    context.Context
+	srv    *http.Server
+	addrs  []string
+	opts   ServeOptions
+	failed bool // Start failed
+
 	rep   *ServeReport
 	lns   []net.Listener
 	tcp   []*drain.Server
@@ -175,13 +187,11 @@ func (s *served) serve() {
 }
 
 // shutdown drains every server at once: the TCP ones after delay, bounded
-// by delay+grace (grace 0: 30 s), the HTTP/3 ones bounded by grace.
-func (s *served) shutdown(delay, grace time.Duration) error {
+// by ctx (delay + grace), the HTTP/3 ones bounded by grace (0: 30 s).
+func (s *served) shutdown(ctx context.Context, delay, grace time.Duration) error {
 	if grace <= 0 {
 		grace = 30 * time.Second
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), delay+grace)
-	defer cancel()
 	s.rep.TCP = make([]*drain.Report, len(s.tcp))
 	s.rep.HTTP3 = make([]Report, len(s.h3))
 	errs := make([]error, len(s.tcp))
