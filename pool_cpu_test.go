@@ -37,9 +37,7 @@ func TestPoolPerCPURolls(t *testing.T) {
 	const clients, workers, rolls = 64, 4, 10
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
-		if err := reuseport.CPUPreference(); err != nil {
-			t.Skipf("SO_INCOMING_CPU step-out: %v", err)
-		}
+		netnstest.RequireSupport(t, reuseport.CPUPreference(), reuseport.ErrNoCPUPreference)
 		bin := netnstest.ExecutableCopy(t)
 		addr := "127.0.0.1:8080"
 		env := []string{"ZERODROP_TEST_HELPER=cpuworker", "ZD_ADDR=" + addr, "ZD_POOL=" + t.TempDir()}
