@@ -36,6 +36,7 @@ type kaPool struct {
 	dials        atomic.Int64
 	serverClosed atomic.Int64
 	clientClosed atomic.Int64 // by the Transport before stop
+	askedClose   atomic.Int64 // responses that said Connection: close
 	mu           sync.Mutex
 	answered     map[int]int    // by the pid that answered
 	failed       map[string]int // by netnstest.Classify
@@ -58,11 +59,34 @@ func startKAPool(t *testing.T, url string, n int) *kaPool {
 				return &watchedConn{Conn: c, p: p}, nil
 			},
 		}
-		c := &http.Client{Timeout: 10 * time.Second, Transport: tr}
+		c := &http.Client{Timeout: 10 * time.Second, Transport: closeCounter{tr, p}}
 		p.wg.Add(1)
 		go p.loop(c, url, uint64(i))
 	}
 	return p
+}
+
+// closeCounter counts in p.askedClose the responses that told the client to
+// close its connection (Connection: close), one reason it dials again.
+type closeCounter struct {
+	rt http.RoundTripper
+	p  *kaPool
+}
+
+func (cc closeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := cc.rt.RoundTrip(req)
+	if err == nil && resp.Close {
+		cc.p.askedClose.Add(1)
+	}
+	return resp, err
+}
+
+// CloseIdleConnections is the Transport's: http.Client calls it only on a
+// RoundTripper that has it.
+func (cc closeCounter) CloseIdleConnections() {
+	if c, ok := cc.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 // watchedConn counts in p.serverClosed a connection on which a read failed

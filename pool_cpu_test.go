@@ -106,7 +106,8 @@ func TestPoolPerCPURolls(t *testing.T) {
 			t.Errorf("%d requests failed %v (first: %v), want 0", failed, byClass, first)
 		}
 		if d := p.dials.Load(); d != clients || p.serverClosed.Load() != 0 {
-			t.Errorf("%d dials for %d clients, %d connections closed by the server: want no reconnect", d, clients, p.serverClosed.Load())
+			t.Errorf("%d dials for %d clients, %d connections closed by the server, %d by the clients, %d responses said Connection: close: want no reconnect",
+				d, clients, p.serverClosed.Load(), p.clientClosed.Load(), p.askedClose.Load())
 		}
 		if handedOver == 0 {
 			t.Error("no connection handed over")
