@@ -31,7 +31,7 @@ import (
 // connections go to a sibling (drain.Server.HandOver, handoff.Pool.PassConns).
 // 64 sparse keep-alive clients post non-retryable requests; 10 rolls (start
 // a replacement, SIGTERM the worker it replaces): no request fails and no
-// client connects again. It logs each roll's duration (the replacement's
+// client connects again because of the server. It logs each roll's duration (the replacement's
 // start and the stop, as bench/cmd/contenders measures a restart).
 func TestPoolPerCPURolls(t *testing.T) {
 	const clients, workers, rolls = 64, 4, 10
@@ -105,9 +105,16 @@ func TestPoolPerCPURolls(t *testing.T) {
 		if failed > 0 {
 			t.Errorf("%d requests failed %v (first: %v), want 0", failed, byClass, first)
 		}
-		if d := p.dials.Load(); d != clients || p.serverClosed.Load() != 0 {
-			t.Errorf("%d dials for %d clients, %d connections closed by the server, %d by the clients, %d responses said Connection: close: want no reconnect",
-				d, clients, p.serverClosed.Load(), p.clientClosed.Load(), p.askedClose.Load())
+		// No client may connect again because of the server: it closed none
+		// and asked none to close. A Transport also abandons, on its own, a
+		// connection whose request write it has not seen complete within
+		// 50 ms of the response (net/http's maxWriteWaitBeforeConnReuse: its
+		// writeLoop starved of CPU, seen at load 12 with -race), and dials
+		// again: such dials are the clients' own, and rare.
+		d, own := p.dials.Load(), p.clientClosed.Load()
+		if p.serverClosed.Load() != 0 || p.askedClose.Load() != 0 || d != clients+own || own > clients/16 {
+			t.Errorf("%d dials for %d clients, %d connections closed by the server, %d by the clients, %d responses said Connection: close: want no reconnect the server caused",
+				d, clients, p.serverClosed.Load(), own, p.askedClose.Load())
 		}
 		if handedOver == 0 {
 			t.Error("no connection handed over")
