@@ -33,20 +33,22 @@ type Recorder struct {
 	net.Conn
 	capture *Capture
 
-	mu        sync.Mutex
-	random    [32]byte
-	hello     bool
-	claimed   bool
-	suite     *suite
-	in, out   direction
-	broken    error
-	inRead    bool // crypto/tls waits in Read: it holds no whole record
-	idle      bool // net/http's StateIdle
-	deadlines int  // SetReadDeadline calls since idle
-	frozen    bool // proven: from now on no byte passes either way
-	extra     []byte
-	released  chan struct{}
-	closeOnce sync.Once
+	mu     sync.Mutex
+	random [32]byte
+	hello  bool
+	// serverHello: the server's first handshake record was seen (suiteOf).
+	serverHello bool
+	claimed     bool
+	suite       *suite
+	in, out     direction
+	broken      error
+	inRead      bool // crypto/tls waits in Read: it holds no whole record
+	idle        bool // net/http's StateIdle
+	deadlines   int  // SetReadDeadline calls since idle
+	frozen      bool // proven: from now on no byte passes either way
+	extra       []byte
+	released    chan struct{}
+	closeOnce   sync.Once
 }
 
 // direction is what a Recorder follows of one direction's records.
