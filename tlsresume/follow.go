@@ -19,7 +19,7 @@ func (r *Recorder) record(d *direction, read bool, payload []byte) (keep bool) {
 		switch {
 		case typ == typeApplication:
 			return r.trial(d, read, payload)
-		case typ == typeHandshake && !read && !r.serverHello:
+		case typ == typeHandshake && !read && !r.shello:
 			r.suiteOf(payload)
 		}
 		return false // the handshake's plaintext records, change_cipher_spec
@@ -66,7 +66,7 @@ func (r *Recorder) clientHello(p []byte) {
 // TLS 1.2 suite is left to the checks as before (no application traffic
 // secret is ever logged). Called with r.mu.
 func (r *Recorder) suiteOf(p []byte) {
-	r.serverHello = true
+	r.shello = true
 	// handshake type 2, length (3), legacy_version (2), random (32),
 	// legacy_session_id (1 + n), cipher_suite (2)
 	const sidAt = 4 + 2 + 32
