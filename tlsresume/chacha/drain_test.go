@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,12 +36,12 @@ func TestDrainHandOver(t *testing.T) {
 			})
 		}
 		b := &drain.Server{HTTP: &http.Server{Handler: named("B")}}
-		handshakes := 0
+		var handshakes atomic.Int32
 		a := &drain.Server{
 			HTTP: &http.Server{Handler: named("A"), TLSConfig: &tls.Config{
 				Certificates: []tls.Certificate{cert.TLS},
 				VerifyConnection: func(tls.ConnectionState) error {
-					handshakes++ // one connection: no race
+					handshakes.Add(1)
 					return nil
 				},
 			}},
@@ -79,8 +80,8 @@ func TestDrainHandOver(t *testing.T) {
 		}
 		c.send(t, "GET /two HTTP/1.1\nHost: localhost\n")
 		c.expect(t, "B /two suite=TLS_CHACHA20_POLY1305_SHA256")
-		if handshakes != 1 {
-			t.Fatalf("%d handshakes, want 1", handshakes)
+		if n := handshakes.Load(); n != 1 {
+			t.Fatalf("%d handshakes, want 1", n)
 		}
 		if _, err := b.Shutdown(ctx); err != nil {
 			t.Fatal(err)
