@@ -6,7 +6,6 @@ require (
 	github.com/coreos/go-systemd/v22 v22.7.0
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
-	golang.org/x/crypto v0.41.0
 	golang.org/x/sys v0.40.0
 )
 

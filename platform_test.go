@@ -13,7 +13,7 @@ import (
 
 // The library's packages, and the optional modules' (which have their own
 // go.mod, so ./... here does not reach them).
-var platformPatterns = []string{"./...", "./reuseport/steer/...", "./stats/promstats/...", "./internal/load/..."}
+var platformPatterns = []string{"./...", "./reuseport/steer/...", "./stats/promstats/...", "./internal/load/...", "./tlsresume/chacha/..."}
 
 const linuxOnly = "undefined: zerodrop_supports_Linux_only"
 

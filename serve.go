@@ -82,7 +82,9 @@ type Options struct {
 	// connections too, with their session (drain.Server.TLSHandOver,
 	// package tlsresume): their clients see neither a close nor a
 	// handshake. Connections whose state cannot be proven (TLS 1.2, client
-	// certificates) are drained as without it, and HTTP/2 keeps its
+	// certificates, ChaCha20-Poly1305 unless the program imports
+	// github.com/zerodrop/zerodrop/tlsresume/chacha) are drained as without
+	// it, and HTTP/2 keeps its
 	// two-step GOAWAY. The successor must run this version or later.
 	TLSHandoff bool
 	// Pool, if set, is a directory shared by the workers of a SO_REUSEPORT

@@ -192,7 +192,8 @@
 // (Detached.Unread is its marshalled tlsresume.State, which ServeConn
 // recognises and continues with a tlsresume.Conn, setting r.TLS for
 // handlers); HTTPReport.HandedOverTLS counts them and TLSNotHandedOver those
-// refused (TLS 1.2, client certificates, state not proven). The others get
+// refused (TLS 1.2, client certificates, ChaCha20-Poly1305 without
+// tlsresume/chacha imported, state not proven). The others get
 // IdleGrace as before, counted in HTTPReport.IdleClosedTLS when closed
 // idle. A passed connection waits for
 // its next request in the successor as net/http waits for a new

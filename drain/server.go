@@ -103,8 +103,10 @@ type Server struct {
 	// ServeConn continues the session, and the client sees neither a close
 	// nor a handshake. ServeTLS then sets HTTP.TLSConfig's KeyLogWriter
 	// (chained before the one it had). TLS 1.2 connections, those with
-	// client certificates, and any whose state cannot be proven are closed
-	// as without it (HTTPReport.TLSNotHandedOver counts them); HTTP/2 keeps
+	// client certificates, those in ChaCha20-Poly1305 unless the program
+	// imports github.com/zerodrop/zerodrop/tlsresume/chacha (a module of
+	// its own, for x/crypto), and any whose state cannot be proven are
+	// closed as without it (HTTPReport.TLSNotHandedOver counts them); HTTP/2 keeps
 	// its two-step GOAWAY (its HPACK and stream state cannot travel). A
 	// session ServeConn continues is handed over again at the next
 	// Shutdown with HandOver set, like a plain connection. Successors must

@@ -45,9 +45,18 @@
 // # Record layer
 //
 // Conn protects application data with the standard AEADs: AES-128-GCM and
-// AES-256-GCM (crypto/aes, crypto/cipher) and ChaCha20-Poly1305
-// (golang.org/x/crypto/chacha20poly1305: the standard library keeps its
-// copy internal). Each record must authenticate at the next sequence
+// AES-256-GCM (crypto/aes, crypto/cipher), and ChaCha20-Poly1305 once
+// registered (RegisterChaCha20Poly1305; importing the module
+// github.com/zerodrop/zerodrop/tlsresume/chacha registers
+// golang.org/x/crypto/chacha20poly1305). The standard library keeps its
+// ChaCha20-Poly1305 internal, and x/crypto's module would bring x/net,
+// x/term and x/text into every user's module graph, so this module does not
+// require it. Without a registration the suite is refused, fail-closed:
+// the Recorder reads the suite from the ServerHello and ProveIdleHTTP
+// returns an *UnsupportedSuiteError (wrapped with ErrNotProven), so the
+// connection is closed as without this package; New refuses such a State
+// (a successor that did not register it). A registered constructor must
+// pass RFC 8439's test vector. Each record must authenticate at the next sequence
 // number: a tampered, replayed, reordered or dropped record ends the
 // connection with a bad_record_mac alert. A KeyUpdate from the peer moves its
 // direction to the next secret, and one with update_requested makes Conn
@@ -79,13 +88,14 @@
 // forget clear every copy this package holds (secrets, derived IVs, the
 // marshalled bytes once handed over, the key log line); key and IV byte
 // slices are cleared right after the AEAD is built. What Go cannot erase:
-// the AEADs' expanded key schedules inside crypto/aes and x/crypto (no
+// the AEADs' expanded key schedules inside crypto/aes and, when registered,
+// x/crypto (no
 // erase API; they become garbage when the Conn is dropped), copies the
 // garbage collector made while moving stacks, crypto/tls's own copies inside
 // the tls.Conn, and the handoff frame buffer's copy (garbage once sent).
 //
 // What is refused: TLS 1.2 and earlier (their key log line has no traffic
-// secret; no Recorder starts), HTTP/2 (its HPACK and stream state cannot
+// secret; no Recorder starts), ChaCha20-Poly1305 unless registered, HTTP/2 (its HPACK and stream state cannot
 // travel: the drain's two-step GOAWAY stays), connections with client
 // certificates (the successor could not show them to handlers), connections
 // not provably idle, and any state not proven exactly.

@@ -1,6 +1,7 @@
 package tlsresume
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 )
@@ -15,12 +16,17 @@ var ErrNotProven = errors.New("tls state not proven")
 // other reason is for good.
 var ErrBusy = errors.New("net/http is not waiting for the next request")
 
-// UnsupportedSuiteError is a cipher suite that is not one of TLS 1.3's three
-// (TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384,
-// TLS_CHACHA20_POLY1305_SHA256).
+// UnsupportedSuiteError is a cipher suite this process cannot continue: not
+// one of TLS 1.3's three (TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384,
+// TLS_CHACHA20_POLY1305_SHA256), or TLS_CHACHA20_POLY1305_SHA256 without a
+// registered AEAD (see RegisterChaCha20Poly1305). A connection of such a
+// suite is never handed over.
 type UnsupportedSuiteError struct{ Suite uint16 }
 
 func (e *UnsupportedSuiteError) Error() string {
+	if e.Suite == tls.TLS_CHACHA20_POLY1305_SHA256 {
+		return fmt.Sprintf("cipher suite %#04x (%s) not registered: import github.com/zerodrop/zerodrop/tlsresume/chacha", e.Suite, tls.CipherSuiteName(e.Suite))
+	}
 	return fmt.Sprintf("cipher suite %#04x is not a TLS 1.3 suite", e.Suite)
 }
 

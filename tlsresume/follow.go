@@ -1,6 +1,7 @@
 package tlsresume
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -15,8 +16,11 @@ func (r *Recorder) record(d *direction, read bool, payload []byte) (keep bool) {
 		return false
 	}
 	if d.h == nil {
-		if typ == typeApplication {
+		switch {
+		case typ == typeApplication:
 			return r.trial(d, read, payload)
+		case typ == typeHandshake && !read && !r.shello:
+			r.suiteOf(payload)
 		}
 		return false // the handshake's plaintext records, change_cipher_spec
 	}
@@ -52,6 +56,34 @@ func (r *Recorder) clientHello(p []byte) {
 	}
 	copy(r.random[:], p[6:38])
 	r.hello = true
+}
+
+// suiteOf takes the cipher suite from the server's first handshake record,
+// its ServerHello (or HelloRetryRequest, which names the same suite). A
+// TLS 1.3 suite this process cannot continue (ChaCha20-Poly1305 not
+// registered) makes the connection unprovable with an
+// *UnsupportedSuiteError; one it can is the only suite trial tries. A
+// TLS 1.2 suite is left to the checks as before (no application traffic
+// secret is ever logged). Called with r.mu.
+func (r *Recorder) suiteOf(p []byte) {
+	r.shello = true
+	// handshake type 2, length (3), legacy_version (2), random (32),
+	// legacy_session_id (1 + n), cipher_suite (2)
+	const sidAt = 4 + 2 + 32
+	if len(p) < sidAt+1 || p[0] != 2 || len(p) < sidAt+1+int(p[sidAt])+2 {
+		r.fail(errors.New("first record written is not a whole ServerHello"))
+		return
+	}
+	id := binary.BigEndian.Uint16(p[sidAt+1+int(p[sidAt]):])
+	if id>>8 != 0x13 {
+		return // not a TLS 1.3 suite
+	}
+	s, err := suiteByID(id)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	r.suite = s
 }
 
 // trial opens an encrypted record of d at sequence number 0 with the
@@ -106,15 +138,16 @@ func (r *Recorder) secretFor(read bool) []byte {
 	return r.out.first
 }
 
-// suitesFor lists the TLS 1.3 suites whose secrets are n bytes long, the
-// one already chosen by the other direction alone.
+// suitesFor lists the available TLS 1.3 suites whose secrets are n bytes
+// long, the one already chosen (by the ServerHello, or the other direction)
+// alone.
 func (r *Recorder) suitesFor(n int) []*suite {
 	if r.suite != nil {
 		return []*suite{r.suite}
 	}
 	var out []*suite
 	for i := range suites {
-		if suites[i].secretLen() == n {
+		if suites[i].secretLen() == n && suites[i].available() {
 			out = append(out, &suites[i])
 		}
 	}

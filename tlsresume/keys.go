@@ -10,8 +10,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash"
-
-	"golang.org/x/crypto/chacha20poly1305"
 )
 
 // suite is what the record layer needs of a TLS 1.3 cipher suite.
@@ -30,16 +28,28 @@ func newGCM(key []byte) (cipher.AEAD, error) {
 	return cipher.NewGCM(b)
 }
 
+// suites are TLS 1.3's three suites. ChaCha20-Poly1305's AEAD is not in
+// the standard library's API: the suite is usable only once registered
+// (RegisterChaCha20Poly1305); see available.
 var suites = []suite{
 	{tls.TLS_AES_128_GCM_SHA256, 16, sha256.New, newGCM},
 	{tls.TLS_AES_256_GCM_SHA384, 32, sha512.New384, newGCM},
-	{tls.TLS_CHACHA20_POLY1305_SHA256, chacha20poly1305.KeySize, sha256.New, chacha20poly1305.New},
+	{tls.TLS_CHACHA20_POLY1305_SHA256, chachaKeySize, sha256.New, newChaCha},
 }
 
-// suiteByID returns the TLS 1.3 suite id, or an *UnsupportedSuiteError.
+// available reports whether the suite's AEAD can be built in this process.
+func (s *suite) available() bool {
+	return s.id != tls.TLS_CHACHA20_POLY1305_SHA256 || chacha.Load() != nil
+}
+
+// suiteByID returns the TLS 1.3 suite id, or an *UnsupportedSuiteError if
+// it is not one of TLS 1.3's, or its AEAD is not registered.
 func suiteByID(id uint16) (*suite, error) {
 	for i := range suites {
 		if suites[i].id == id {
+			if !suites[i].available() {
+				break
+			}
 			return &suites[i], nil
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"os/exec"
 	"strings"
@@ -88,8 +89,9 @@ func (s *sClient) send(t *testing.T, line string) {
 // TestOpenSSLKeyUpdate: openssl s_client, in each TLS 1.3 suite, sends a
 // request, then a KeyUpdate (K: ours requested too, k: its own only); the
 // connection is handed over, and its next request is served by Conn.
+// (ChaCha20-Poly1305: in the tlsresume/chacha module.)
 func TestOpenSSLKeyUpdate(t *testing.T) {
-	for _, suite := range []uint16{tls.TLS_AES_128_GCM_SHA256, tls.TLS_AES_256_GCM_SHA384, tls.TLS_CHACHA20_POLY1305_SHA256} {
+	for _, suite := range allSuites {
 		for _, k := range []string{"K", "k", ""} {
 			t.Run(tls.CipherSuiteName(suite)+"/"+k, func(t *testing.T) {
 				netnstest.CheckLeaks(t)
@@ -154,4 +156,25 @@ func waitUpdated(t *testing.T, r *Recorder, both bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatal("the KeyUpdate was not followed")
+}
+
+// TestOpenSSLChaChaRefused: an openssl s_client session in
+// ChaCha20-Poly1305, with no AEAD registered, is not proven (an
+// *UnsupportedSuiteError) and goes on being served by crypto/tls.
+func TestOpenSSLChaChaRefused(t *testing.T) {
+	netnstest.CheckLeaks(t)
+	s := startTLSServer(t, "first")
+	c := startSClient(t, s.addr, tls.CipherSuiteName(tls.TLS_CHACHA20_POLY1305_SHA256))
+	c.send(t, "GET /one HTTP/1.1\nHost: localhost\n")
+	c.expect(t, "first /one")
+	s.mu.Lock()
+	r := s.recs[0]
+	s.mu.Unlock()
+	err := prove(r)
+	var ue *UnsupportedSuiteError
+	if !errors.Is(err, ErrNotProven) || !errors.As(err, &ue) || ue.Suite != tls.TLS_CHACHA20_POLY1305_SHA256 {
+		t.Fatalf("ProveIdleHTTP: %v, want ErrNotProven with an *UnsupportedSuiteError", err)
+	}
+	c.send(t, "GET /two HTTP/1.1\nHost: localhost\n")
+	c.expect(t, "first /two")
 }

@@ -13,7 +13,7 @@ import (
 // Prove needs to pin the record layer's state down exactly:
 //
 //   - the connection's client random (from its ClientHello), which names its
-//     secrets in the Capture;
+//     secrets in the Capture, and its cipher suite (from the ServerHello);
 //   - in each direction, the first record protected with the application
 //     traffic secret (found by opening each encrypted record at sequence
 //     number 0 until one authenticates: the handshake's own are a few), then
@@ -26,7 +26,8 @@ import (
 //
 // Anything it cannot follow (a record that fails to open where one must, an
 // alert, a handshake message other than KeyUpdate or NewSessionTicket, a
-// TLS 1.2 session, a short write) makes the connection unprovable for good.
+// TLS 1.2 session, a suite whose AEAD is not registered, a short write)
+// makes the connection unprovable for good.
 //
 // Its Read, Write and Close are crypto/tls's: do not call them yourself.
 type Recorder struct {
@@ -36,6 +37,7 @@ type Recorder struct {
 	mu        sync.Mutex
 	random    [32]byte
 	hello     bool
+	shello    bool // the server's first handshake record was seen (suiteOf)
 	claimed   bool
 	suite     *suite
 	in, out   direction
