@@ -69,7 +69,8 @@ func TestRollout(t *testing.T) {
 // without a pool to hand its connections to) closes its stopping worker's
 // idle ones, which the reconnections count; a request its client sends as
 // the server closes such a connection fails (eof), which the table shows
-// too. Over TLS (which handoff cannot pass) every strategy closes them.
+// too. Over TLS, handoff passes the TLS 1.3 connections with their session
+// (drain.Server.TLSHandOver): no client connects again; migrate closes them.
 func TestRolloutKeepAlive(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -97,6 +98,10 @@ func TestRolloutKeepAlive(t *testing.T) {
 				h, m := byName["handoff"], byName["migrate"]
 				if tc.name == "pool" && h.ServerClosed != 0 {
 					t.Errorf("handoff: the servers closed %d connections, want 0 (each handed to the successor)", h.ServerClosed)
+				}
+				if h.Reconnects == nil || *h.Reconnects != 0 {
+					t.Errorf("handoff: reconnections %s in %d restarts, want 0: every keep-alive connection goes to the successor (over TLS 1.3 with its session)",
+						perRestart(h.Reconnects, 1), h.Restarts)
 				}
 				if m.Reconnects != nil && *m.Reconnects == 0 {
 					t.Errorf("migrate: 0 reconnections in %d restarts: the table cannot show what a drain costs keep-alive clients", m.Restarts)

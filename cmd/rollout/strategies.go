@@ -176,10 +176,11 @@ func serveHandoff(ctx context.Context, w worker) (workerReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	ds := &drain.Server{}
-	if os.Getenv(envCert) == "" { // TLS connections cannot be passed: they are drained
-		// Idle keep-alive connections go to the successor, which serves
-		// those its predecessor passes.
+	// Idle keep-alive connections go to the successor, which serves those
+	// its predecessor passes; over TLS, TLS 1.3 ones with their session
+	// (drain.Server.TLSHandOver: the client sees no new handshake).
+	ds := &drain.Server{TLSHandOver: os.Getenv(envCert) != ""}
+	{
 		if err := u.HandleConns("http", func(pc handoff.PassedConn) { ds.ServeConn(pc.Conn, pc.State) }); err != nil {
 			ln.Close()
 			return rep, err
