@@ -128,12 +128,18 @@ func TestSpawnRunTLS13(t *testing.T) {
 			}
 			switch {
 			case tc.name == "zd-tls13" && tc.pool == 0:
-				if l.Dials != clients || l.ServerClosed != 0 || h.Full != clients || h.Resumed != 0 {
-					t.Errorf("%d dials, %d closed by the server, %d full and %d resumed handshakes; want %d dials, none closed, %d full, none resumed",
-						l.Dials, l.ServerClosed, h.Full, h.Resumed, clients, clients)
+				// Dials, not ServerClosed: a closed-loop client's read
+				// cut by the load's end counts there too (zd-tickets
+				// shows as many).
+				if l.Dials != clients || h.Full != clients || h.Resumed != 0 {
+					t.Errorf("%d dials, %d full and %d resumed handshakes; want %d dials, %d full, none resumed",
+						l.Dials, h.Full, h.Resumed, clients, clients)
 				}
-			case l.Dials <= clients || h.Full != clients || h.Resumed != l.Dials-clients:
-				t.Errorf("%d dials, %d full and %d resumed handshakes; want reconnections, each resumed (%d full)",
+			// The pool's clients dial at their first request, when
+			// another's ticket may be in the shared session cache
+			// already: at most one full handshake each.
+			case l.Dials <= clients || h.Full+h.Resumed != l.Dials || h.Full > clients || h.Resumed < l.Dials-clients:
+				t.Errorf("%d dials, %d full and %d resumed handshakes; want reconnections, each resumed (at most %d full)",
 					l.Dials, h.Full, h.Resumed, clients)
 			}
 		})
