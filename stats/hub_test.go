@@ -38,14 +38,14 @@ func TestRecordDrain(t *testing.T) {
 	h.RecordDrain("http", report(drain.MethodMigrate, 5, 3, 0, 2, 40*time.Millisecond))
 	h.RecordDrain("http", report(drain.MethodAccept, 7, 0, 7, 0, 2*time.Second))
 	forced := report(drain.MethodAccept, 0, 0, 0, 0, time.Millisecond)
-	forced.HTTP = &drain.HTTPReport{Forced: make([]drain.ForcedConn, 3), IdleClosed: 4, IdleClosedTLS: 1, HandedOver: 5, HandOverReturned: 2, Received: 7, Took: 11 * time.Second}
+	forced.HTTP = &drain.HTTPReport{Forced: make([]drain.ForcedConn, 3), IdleClosed: 4, IdleClosedTLS: 1, HandedOver: 5, HandedOverTLS: 3, TLSNotHandedOver: 1, HandOverReturned: 2, Received: 7, Took: 11 * time.Second}
 	h.RecordDrain("admin", forced)
 	s := h.Totals()
 	if len(s.Drains) != 3 {
 		t.Fatalf("drains %+v, want 3 rows", s.Drains)
 	}
 	admin, accept, migrate := s.Drains[0], s.Drains[1], s.Drains[2]
-	if admin.Listener != "admin" || admin.Forced != 3 || admin.IdleClosed != 4 || admin.IdleClosedTLS != 1 || admin.HandedOver != 5 || admin.HandOverReturned != 2 || admin.Received != 7 || admin.Lossy != 1 || admin.Duration.Sum != 11 {
+	if admin.Listener != "admin" || admin.Forced != 3 || admin.IdleClosed != 4 || admin.IdleClosedTLS != 1 || admin.HandedOver != 5 || admin.HandedOverTLS != 3 || admin.TLSNotHandedOver != 1 || admin.HandOverReturned != 2 || admin.Received != 7 || admin.Lossy != 1 || admin.Duration.Sum != 11 {
 		t.Errorf("admin row %+v", admin)
 	}
 	if accept.Method != drain.MethodAccept || accept.Drains != 1 || accept.Queued != 7 || accept.Accepted != 7 || accept.Lossy != 0 {

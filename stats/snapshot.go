@@ -54,6 +54,13 @@ type DrainStats struct {
 	HandedOver       uint64 `json:"handed_over"`
 	HandOverReturned uint64 `json:"handover_returned"`
 	Received         uint64 `json:"received"`
+	// HandedOverTLS counts those of HandedOver that were TLS connections,
+	// passed with their session (drain.Server.TLSHandOver;
+	// drain.HTTPReport.HandedOverTLS); TLSNotHandedOver the TLS
+	// connections that could not be (TLS 1.2, client certificates, a
+	// state not proven), closed as without the option.
+	HandedOverTLS    uint64 `json:"handed_over_tls"`
+	TLSNotHandedOver uint64 `json:"tls_not_handed_over"`
 	// Duration is the distribution of the reports' Took (the listener stop;
 	// for drain.Server, the whole Shutdown).
 	Duration Histogram `json:"duration"`
@@ -76,6 +83,8 @@ func (d *DrainStats) add(r *drain.Report) {
 		d.HandedOver += nonNeg(r.HTTP.HandedOver)
 		d.HandOverReturned += nonNeg(r.HTTP.HandOverReturned)
 		d.Received += nonNeg(r.HTTP.Received)
+		d.HandedOverTLS += nonNeg(r.HTTP.HandedOverTLS)
+		d.TLSNotHandedOver += nonNeg(r.HTTP.TLSNotHandedOver)
 		took = max(took, r.HTTP.Took)
 	}
 	if r.Remainder > 0 || r.HTTP != nil && len(r.HTTP.Forced) > 0 {

@@ -121,6 +121,8 @@ func (c *Collector) drainMetrics(d *stats.DrainStats) []prometheus.Metric {
 		counter(descKeepAlive, float64(d.Received), l, m, "received"),
 		counter(descKeepAlive, float64(d.IdleClosed), l, m, "idle_closed"),
 		counter(descKeepAlive, float64(d.IdleClosedTLS), l, m, "idle_closed_tls"),
+		counter(descKeepAlive, float64(d.HandedOverTLS), l, m, "handed_over_tls"),
+		counter(descKeepAlive, float64(d.TLSNotHandedOver), l, m, "tls_not_handed_over"),
 		histogram(descDrainDuration, d.Duration, l, m),
 	}
 	c.drains[k] = cached{d.Drains, ms}

@@ -15,7 +15,7 @@ var (
 	descQueued        = desc("drain_queued_connections_total", "Connections in the accept queue when a listener stopped.", "listener", "method")
 	descConns         = desc("drain_connections_total", "What became of the queued connections: migrated (counter delta), accepted, left to other holders, remainder (possibly reset).", "listener", "method", "outcome")
 	descForced        = desc("drain_forced_connections_total", "HTTP connections closed at the drain deadline.", "listener", "method")
-	descKeepAlive     = desc("drain_keepalive_connections_total", "What became of the keep-alive connections at drains: handed_over (to a successor), returned (offered, not taken), received (from a predecessor), idle_closed (closed idle after IdleGrace), idle_closed_tls (of those, TLS).", "listener", "method", "outcome")
+	descKeepAlive     = desc("drain_keepalive_connections_total", "What became of the keep-alive connections at drains: handed_over (to a successor), returned (offered, not taken), received (from a predecessor), idle_closed (closed idle after IdleGrace), idle_closed_tls (of those, TLS), handed_over_tls (of handed_over, TLS sessions passed with their state), tls_not_handed_over (TLS ones that could not be: TLS 1.2, client certificates, a state not proven).", "listener", "method", "outcome")
 	descDrainDuration = desc("drain_duration_seconds", "Duration of drains.", "listener", "method")
 
 	descHandoffs        = desc("handoffs_total", "Handoffs by outcome.", "outcome")

@@ -128,3 +128,28 @@ func drainQueue(t *testing.T, hub *stats.Hub, by string) (*promstats.Collector, 
 	}
 	return promstats.New(hub, promstats.Options{Groups: []promstats.Group{{Listener: "http", Addr: addr}}}), addr
 }
+
+// The keep-alive counters of drain.Server's reports, TLS sessions handed over
+// with their state and those that could not be among them, summed over two
+// drains of one listener.
+func TestKeepAliveTLS(t *testing.T) {
+	hub := new(stats.Hub)
+	c := promstats.New(hub, promstats.Options{})
+	for _, h := range []*drain.HTTPReport{
+		{HandedOver: 6, HandedOverTLS: 4, TLSNotHandedOver: 1, IdleClosed: 1, IdleClosedTLS: 1, Received: 2},
+		{HandedOver: 3, HandedOverTLS: 3, TLSNotHandedOver: 2, HandOverReturned: 1, IdleClosed: 2, IdleClosedTLS: 2},
+	} {
+		hub.RecordDrain("https", &drain.Report{Method: drain.MethodAccept, Took: time.Millisecond, HTTP: h})
+	}
+	compare(t, c, `
+# HELP zerodrop_drain_keepalive_connections_total What became of the keep-alive connections at drains: handed_over (to a successor), returned (offered, not taken), received (from a predecessor), idle_closed (closed idle after IdleGrace), idle_closed_tls (of those, TLS), handed_over_tls (of handed_over, TLS sessions passed with their state), tls_not_handed_over (TLS ones that could not be: TLS 1.2, client certificates, a state not proven).
+# TYPE zerodrop_drain_keepalive_connections_total counter
+zerodrop_drain_keepalive_connections_total{listener="https",method="accept",outcome="handed_over"} 9
+zerodrop_drain_keepalive_connections_total{listener="https",method="accept",outcome="handed_over_tls"} 7
+zerodrop_drain_keepalive_connections_total{listener="https",method="accept",outcome="idle_closed"} 3
+zerodrop_drain_keepalive_connections_total{listener="https",method="accept",outcome="idle_closed_tls"} 3
+zerodrop_drain_keepalive_connections_total{listener="https",method="accept",outcome="received"} 2
+zerodrop_drain_keepalive_connections_total{listener="https",method="accept",outcome="returned"} 1
+zerodrop_drain_keepalive_connections_total{listener="https",method="accept",outcome="tls_not_handed_over"} 3
+`, "zerodrop_drain_keepalive_connections_total")
+}

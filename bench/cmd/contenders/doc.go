@@ -77,9 +77,16 @@
 // tail's end, divided by the restarts), and the excess per restart (that
 // minus what the phase's requests cost at the steady rate). zd-tickets is zd-handoff whose session-ticket keys go to the
 // successor (handoff.Config.TicketKeys, worker.EnvTickets), so that its
-// clients resume across restarts. zd-handoff's worker then hands no
-// connection over (TLS connections cannot be passed): its predecessor drains
-// them. Over TLS, zerodrop's workers (zd-drain, zd-handoff, ...) drain with
+// clients resume across restarts. zd-handoff's and zd-tickets's workers then
+// hand no TLS connection over: their predecessor drains them. zd-tls13 is
+// zd-tickets whose idle TLS 1.3 HTTP/1.1 keep-alive connections go to the
+// successor with their session (drain.Server.TLSHandOver, as
+// zerodrop.Options.TLSHandoff sets it; worker.EnvTLSHandOver): its clients
+// see neither a close nor a handshake with -keepalive; the connections it
+// cannot hand over (TLS 1.2, a state not proven) are drained as
+// zd-tickets's are, and so are all of -pool's: each of its requests is a
+// POST, and tlsresume proves idle only a connection whose last read ended
+// an HTTP header block (CRLF CRLF), not a body. Over TLS, zerodrop's workers (zd-drain, zd-handoff, ...) drain with
 // drain.Server.CloseSpread (worker.DefaultCloseSpread, 500 ms; the
 // environment variable ZD_BENCH_CLOSE_SPREAD changes it, "0" for none), so
 // their keep-alive clients reconnect, each with a full handshake, spread

@@ -82,3 +82,66 @@ func TestSpawnRunPeers(t *testing.T) {
 		}
 	}
 }
+
+// zd-tls13 through the whole path of the command, over TLS. With keep-alive
+// clients (GETs) each restart hands every idle TLS 1.3 connection to the
+// successor with its session, so no request fails, no client dials again,
+// the workers served exactly one full handshake per client (its first) and
+// none after, and the successors answered on the connections they
+// inherited. zd-tickets, the control, closes them: its clients dial again
+// and resume. In the sparse pool every request is a POST, and a connection
+// whose last read ended in a request body is not proven idle
+// (tlsresume.Recorder.ProveIdleHTTP wants CRLF CRLF last): those are
+// drained as zd-tickets's are, so the pool's clients reconnect, lose
+// nothing, and resume. Before the worker set drain.Server.TLSHandOver
+// (ZD_BENCH_TLS_HANDOVER), zd-tls13 did not exist.
+func TestSpawnRunTLS13(t *testing.T) {
+	netnstest.RequirePrivileged(t)
+	const clients, restarts = 8, 3
+	for _, tc := range []struct {
+		mode, name string
+		pool       int
+	}{
+		{"keepalive", "zd-tls13", 0}, {"pool", "zd-tls13", clients}, {"keepalive", "zd-tickets", 0},
+	} {
+		t.Run(tc.mode+"/"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := runSpec{Contender: tc.name, Concurrency: clients, Rep: 1, Restarts: restarts, TLS: true, KeepAlive: true,
+				Period: 300 * time.Millisecond, Lead: 200 * time.Millisecond, Tail: 300 * time.Millisecond,
+				Window: 100 * time.Millisecond, Timeout: 2 * time.Second}
+			if tc.pool > 0 {
+				s.KeepAlive, s.Pool, s.PoolMin, s.PoolMax = false, tc.pool, 20*time.Millisecond, 100*time.Millisecond
+			}
+			res, err := spawnRun(t.Context(), s, os.Stderr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Error != "" || res.Skipped != "" || res.Load == nil || res.Handshakes == nil {
+				t.Fatalf("run: error %q, skipped %q, load %v, handshakes %v", res.Error, res.Skipped, res.Load, res.Handshakes)
+			}
+			l, h := res.Load, res.Handshakes
+			t.Logf("%d requests, %d failed %v, %d dials, %d closed by the server, generations %v; handshakes %d full, %d resumed",
+				l.Requests, l.Failed, l.Errors, l.Dials, l.ServerClosed, l.Headers, h.Full, h.Resumed)
+			if res.Restarts != restarts || l.Requests == 0 || l.Failed != 0 || len(l.Headers) < 2 {
+				t.Fatalf("%d restarts, %d requests, %d failed %v, answered by generations %v; want %d, some, none failed, the successors too",
+					res.Restarts, l.Requests, l.Failed, l.Errors, l.Headers, restarts)
+			}
+			switch {
+			case tc.name == "zd-tls13" && tc.pool == 0:
+				// Dials, not ServerClosed: a closed-loop client's read
+				// cut by the load's end counts there too (zd-tickets
+				// shows as many).
+				if l.Dials != clients || h.Full != clients || h.Resumed != 0 {
+					t.Errorf("%d dials, %d full and %d resumed handshakes; want %d dials, %d full, none resumed",
+						l.Dials, h.Full, h.Resumed, clients, clients)
+				}
+			// The pool's clients dial at their first request, when
+			// another's ticket may be in the shared session cache
+			// already: at most one full handshake each.
+			case l.Dials <= clients || h.Full+h.Resumed != l.Dials || h.Full > clients || h.Resumed < l.Dials-clients:
+				t.Errorf("%d dials, %d full and %d resumed handshakes; want reconnections, each resumed (at most %d full)",
+					l.Dials, h.Full, h.Resumed, clients)
+			}
+		})
+	}
+}

@@ -22,6 +22,11 @@ func zerodropSpecs() []spec {
 		{name: "zd-tickets",
 			about: "zd-handoff whose TLS session-ticket keys go to the successor with the listener (handoff.Config.TicketKeys): clients resume their sessions across restarts",
 			make:  func() contender { return &handoffContender{env: []string{worker.EnvTickets + "=1"}} }},
+		{name: "zd-tls13",
+			about: "zd-tickets whose idle TLS 1.3 keep-alive connections go to the successor with their session (drain.Server.TLSHandOver, zerodrop.Options.TLSHandoff): clients neither reconnect nor handshake",
+			make: func() contender {
+				return &handoffContender{env: []string{worker.EnvTickets + "=1", worker.EnvTLSHandOver + "=1"}}
+			}},
 		{name: "zd-systemd",
 			about: "zerodrop: systemd fd-store restart (handoff/systemd; the harness plays systemd): stop, start with the stored listener",
 			make:  func() contender { return &systemdContender{} }},

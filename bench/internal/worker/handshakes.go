@@ -15,6 +15,13 @@ import (
 // sessions across restarts: the contender zd-tickets.
 const EnvTickets = "ZD_BENCH_TICKETS"
 
+// EnvTLSHandOver, when set, has the handoff worker serving TLS hand its
+// idle TLS 1.3 HTTP/1.1 keep-alive connections to its successor with their
+// session (drain.Server.TLSHandOver, as zerodrop.Options.TLSHandoff does):
+// the contender zd-tls13, whose clients see neither a close nor a
+// handshake at a restart.
+const EnvTLSHandOver = "ZD_BENCH_TLS_HANDOVER"
+
 // handshakes counts the TLS handshakes a worker served: full ones and those
 // that resumed a session (the server's DidResume).
 var handshakes struct{ full, resumed atomic.Int64 }

@@ -111,6 +111,10 @@ const poolName = "http"
 //
 // With EnvTickets (over TLS), its session-ticket keys go to the successor
 // too (handoff.Config.TicketKeys), installed into its TLS config.
+// With EnvTLSHandOver (over TLS), its idle TLS 1.3 keep-alive connections
+// go to the successor with their session (drain.Server.TLSHandOver), as
+// zerodrop.Options.TLSHandoff passes them; without it no TLS connection is
+// handed over.
 func serveHandoff(ctx context.Context, w *Worker) error {
 	cfg := handoff.Config{Path: filepath.Join(w.Dir, "handoff.sock")}
 	if w.TLS() && os.Getenv(EnvTickets) != "" {
@@ -138,10 +142,13 @@ func serveHandoff(ctx context.Context, w *Worker) error {
 			return err
 		}
 	}
-	// TLS connections are never handed over (drain.Server.HandOver works
-	// with Serve only): over TLS the predecessor drains them.
-	if !w.TLS() {
+	// TLS connections are handed over only with EnvTLSHandOver
+	// (drain.Server.TLSHandOver: idle TLS 1.3 HTTP/1.1 ones, with their
+	// session); otherwise over TLS the predecessor drains them.
+	tlsHandOver := w.TLS() && os.Getenv(EnvTLSHandOver) != ""
+	if !w.TLS() || tlsHandOver {
 		ds.HandOver = handOver(u, handoffName)
+		ds.TLSHandOver = tlsHandOver
 		if err := u.HandleConns(handoffName, func(pc handoff.PassedConn) { ds.ServeConn(pc.Conn, pc.State) }); err != nil {
 			ln.Close()
 			return err
@@ -281,14 +288,15 @@ func logNotStepOut(r *drain.Report) {
 // migrations, resets sent during the stop, errors, a step-out refused or
 // handshakes left in flight, connections closed without a request, idle
 // (each a request its client may have had in flight) or at the deadline, a
-// connection handoff that stopped early or returned connections; with
+// connection handoff that stopped early or returned connections, TLS
+// connections that could not be handed over (TLSHandOver); with
 // EnvReports set, always.
 func logNotable(r *drain.Report) {
 	h := r.HTTP
 	if os.Getenv(EnvReports) == "" && r.Remainder == 0 && r.MigrateFailed == 0 && r.OutRsts == 0 && len(r.Errors) == 0 &&
 		r.StepOutRefused == "" && r.HandshakesLeft == 0 &&
 		(h == nil || (h.SilentClosed == 0 && len(h.Forced) == 0 && h.IdleClosed == 0 &&
-			h.HandOverError == "" && h.HandOverReturned == 0)) {
+			h.HandOverError == "" && h.HandOverReturned == 0 && h.TLSNotHandedOver == 0)) {
 		return
 	}
 	b, _ := json.Marshal(r)
