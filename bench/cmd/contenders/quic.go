@@ -29,7 +29,44 @@ func quicSpecs() []spec {
 		{name: "zd-h3", h3: true, h3Only: true,
 			about: "zerodrop: quicdrain (one process upgraded by handoff; the successor reads the UDP socket and forwards the predecessor's datagrams to it, which sends GOAWAY and exits once its clients left)",
 			make:  func() contender { return &quicContender{variant: "zerodrop"} }},
+		{name: "h3-reuseport", h3: true, h3Only: true,
+			about: "HTTP/3, quic-go: 4 SO_REUSEPORT workers on the UDP port rolled (start the new one, then http3.Server.Shutdown in the old one; the group changes at each step), fixed stateless reset key",
+			make:  func() contender { return newQUICPool("reuseport") }},
+		{name: "zd-h3-pool", h3: true, h3Only: true,
+			about: "zerodrop: 4 quicdrain slots on the UDP port (a reuseport group), each a lineage upgraded by handoff in turn: its socket passes to the successor, so the group never changes, and the successor forwards its predecessor's datagrams",
+			make:  func() contender { return newQUICPool("zerodrop") }},
 	}
+}
+
+// quicPool is 4 quic workers of one variant on the port, rolled one at a
+// time: "reuseport" as pool rolls (start, then stop), "zerodrop" by the
+// slot's successor, which takes the slot's socket over (handoff), after
+// which the predecessor stops by itself.
+type quicPool struct {
+	pool
+	variant string
+}
+
+func newQUICPool(variant string) *quicPool {
+	return &quicPool{variant: variant, pool: pool{mode: "quic", n: 4, slotEnv: func(i int) []string {
+		return []string{quicworker.EnvVariant + "=" + variant, quicworker.EnvSlot + "=" + strconv.Itoa(i)}
+	}}}
+}
+
+func (c *quicPool) restart(ctx context.Context, mark func(string)) error {
+	if c.variant != "zerodrop" {
+		return c.pool.restart(ctx, mark)
+	}
+	i := c.next % len(c.workers)
+	c.next++
+	p, err := c.env.startWorker(ctx, c.mode, c.env.nextGen(), c.envOf(i))
+	if err != nil {
+		return err
+	}
+	old := c.workers[i]
+	c.workers[i] = p
+	mark("roll") // p is ready: old is stopping
+	return old.wait(ctx)
 }
 
 // quicContender is a worker of mode "quic" and its variant: "plain" restarts

@@ -325,7 +325,7 @@ func TestParseH3Flags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"caddy", "h3-naive", "h3-pass", "zd-h3"}
+	want := []string{"caddy", "h3-naive", "h3-pass", "zd-h3", "h3-reuseport", "zd-h3-pool"}
 	if !o.base.H3 || !o.base.TLS || o.base.HTTP2 || o.base.StreamsPerConn != 4 || !slices.Equal(o.contenders, want) ||
 		!strings.HasPrefix(o.base.mode(), "HTTP/3 (QUIC), quic-go's http3.Transport, 4 workers' streams per connection") {
 		t.Errorf("-h3: H3 %v TLS %v HTTP2 %v streams %d contenders %v mode %q; want true true false 4 %v",

@@ -88,12 +88,15 @@ func TestSpawnRunPeers(t *testing.T) {
 // lose no request, see no stateless reset, forward datagrams to its
 // predecessors and tell connections to go away; the socket-passing control
 // must show the loss it exists for (a request failed or a connection reset),
-// or the benchmark could not see it. h3-naive and Caddy (reloaded with caddy
+// or the benchmark could not see it. The same for the pools of 4 workers on
+// the port rolled one at a time: zd-h3-pool (quicdrain slots) loses
+// nothing, h3-reuseport (quic-go workers, the reuseport group changed at
+// each roll) loses. h3-naive and Caddy (reloaded with caddy
 // reload) must serve through their restarts; a missing caddy skips, and
 // fails under ZERODROP_REQUIRE_PRIVILEGED=1.
 func TestSpawnRunH3(t *testing.T) {
 	netnstest.RequirePrivileged(t)
-	for _, name := range []string{"zd-h3", "h3-pass", "h3-naive", "caddy"} {
+	for _, name := range []string{"zd-h3", "h3-pass", "h3-naive", "caddy", "zd-h3-pool", "h3-reuseport"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s := runSpec{Contender: name, Concurrency: 16, StreamsPerConn: 4, Rep: 1, Restarts: 3, H3: true, TLS: true, Post: true,
@@ -116,7 +119,7 @@ func TestSpawnRunH3(t *testing.T) {
 					res.Restarts, len(l.Marks), l.Headers, l.Requests-l.Failed)
 			}
 			switch name {
-			case "zd-h3":
+			case "zd-h3", "zd-h3-pool":
 				if l.Failed != 0 || q.Resets != 0 || q.Forced != 0 {
 					t.Errorf("%d requests failed (%v, first errors %v), %d stateless resets, %d connections forced; want none",
 						l.Failed, l.FailedByClass, l.Errors, q.Resets, q.Forced)
@@ -124,7 +127,7 @@ func TestSpawnRunH3(t *testing.T) {
 				if q.Forwarded == 0 || q.Told == 0 {
 					t.Errorf("%d datagrams forwarded, %d connections told to go away: the handover was not exercised", q.Forwarded, q.Told)
 				}
-			case "h3-pass":
+			case "h3-pass", "h3-reuseport":
 				if l.Failed == 0 && q.Resets == 0 {
 					t.Errorf("the socket-passing control lost no request and saw no stateless reset")
 				}

@@ -13,7 +13,14 @@
 //     fixed stateless reset key, as quic-go recommends); the predecessor
 //     shuts its http3.Server down gracefully once the successor serves;
 //   - "plain": quic-go on a socket of its own (the naive restart: stop,
-//     then start), the same reset key.
+//     then start), the same reset key;
+//   - "reuseport": quic-go on a socket of its own with SO_REUSEPORT, one of
+//     a pool of such workers on the port, the same reset key.
+//
+// With EnvSlot set, the zerodrop and pass variants are slot i of a pool:
+// their handoff socket and forwarding directory are the slot's, so each slot
+// is a lineage of its own whose UDP socket, one of the port's reuseport
+// group, passes from generation to generation (the group never changes).
 //
 // Every variant serves with the worker's certificate (EnvTLSCert, required)
 // and prints, as it exits, "quic <pid> <forwarded> <told> <finished>
@@ -44,6 +51,9 @@ import (
 // "plain".
 const EnvVariant = "ZD_BENCH_QUIC"
 
+// EnvSlot, when set, is the worker's slot in a pool (see the package doc).
+const EnvSlot = "ZD_BENCH_QUIC_SLOT"
+
 // recvBuffer is the UDP receive buffer of every variant: quic-go may not
 // resize a handed-over socket (the handoff would refuse a socket whose
 // options changed), so it is sized here for the load's bursts.
@@ -73,9 +83,11 @@ func serveQUIC(ctx context.Context, w *worker.Worker) error {
 	case "pass":
 		err = servePass(ctx, w, srv)
 	case "plain":
-		err = servePlain(ctx, w, srv)
+		err = servePlain(ctx, w, srv, false)
+	case "reuseport":
+		err = servePlain(ctx, w, srv, true)
 	default:
-		err = fmt.Errorf("quic: %s=%q: want zerodrop, pass or plain", EnvVariant, v)
+		err = fmt.Errorf("quic: %s=%q: want zerodrop, pass, plain or reuseport", EnvVariant, v)
 	}
 	fmt.Printf("quic %d %d %d %d %d\n", os.Getpid(), r.Stats.Forwarded, r.Told, r.Finished, r.Forced)
 	return err
@@ -83,9 +95,18 @@ func serveQUIC(ctx context.Context, w *worker.Worker) error {
 
 type report = quicdrain.Report
 
+// slotPath returns w.Dir/name, suffixed with the worker's slot if it has
+// one (EnvSlot).
+func slotPath(w *worker.Worker, name string) string {
+	if s := os.Getenv(EnvSlot); s != "" {
+		name += "-" + s
+	}
+	return filepath.Join(w.Dir, name)
+}
+
 // handoffConfig is the handoff of the zerodrop and pass variants.
 func handoffConfig(w *worker.Worker) handoff.Config {
-	return handoff.Config{Path: filepath.Join(w.Dir, "handoff.sock"),
+	return handoff.Config{Path: slotPath(w, "handoff.sock"),
 		Listen: reuseport.Config{Options: reuseport.Options{RecvBuffer: recvBuffer}}}
 }
 
@@ -98,7 +119,7 @@ func serveZerodrop(ctx context.Context, w *worker.Worker, srv *http3.Server, r *
 	}
 	defer u.Close()
 	w.Gen = "q" + strconv.FormatUint(u.Generation(), 10)
-	fwd := filepath.Join(w.Dir, "fwd")
+	fwd := slotPath(w, "fwd")
 	if err := os.MkdirAll(fwd, 0o700); err != nil {
 		return err
 	}
@@ -148,10 +169,17 @@ func servePass(ctx context.Context, w *worker.Worker, srv *http3.Server) error {
 	return serveOn(ctx, w, srv, fixedBuffers{pc}, u.Ready, u.Exit())
 }
 
-// servePlain serves quic-go on a socket of its own until ctx ends.
-func servePlain(ctx context.Context, w *worker.Worker, srv *http3.Server) error {
-	var lc net.ListenConfig // quic-go sizes its buffers itself
-	pc, err := lc.ListenPacket(ctx, "udp", w.Addr)
+// servePlain serves quic-go on a socket of its own, with SO_REUSEPORT if
+// shared, until ctx ends.
+func servePlain(ctx context.Context, w *worker.Worker, srv *http3.Server, shared bool) error {
+	var pc net.PacketConn
+	var err error
+	if shared {
+		pc, err = reuseport.ListenPacket(ctx, "udp", w.Addr)
+	} else {
+		var lc net.ListenConfig // quic-go sizes its buffers itself
+		pc, err = lc.ListenPacket(ctx, "udp", w.Addr)
+	}
 	if err != nil {
 		return err
 	}
