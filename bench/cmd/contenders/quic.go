@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -112,14 +113,15 @@ func (c *quicContender) restart(ctx context.Context, mark func(string)) error {
 func (c *quicContender) stop(ctx context.Context) error { return c.cur.stop(ctx) }
 
 // quicCount sums what the quic workers report at exit ("quic <pid>
-// <forwarded> <told> <finished> <forced>").
+// <forwarded> <told> <finished> <forced> <why>"): the connections forced
+// when the harness stopped the last workers (why "stop") apart.
 type quicCount struct {
-	forwarded, told, finished, forced atomic.Int64
+	forwarded, told, finished, forced, forcedAtStop atomic.Int64
 }
 
 // parse adds a "quic" line's fields, and says whether f was one.
 func (q *quicCount) parse(f []string) bool {
-	if len(f) != 6 || f[0] != "quic" {
+	if len(f) != 7 || f[0] != "quic" {
 		return false
 	}
 	var v [4]int64
@@ -133,7 +135,11 @@ func (q *quicCount) parse(f []string) bool {
 	q.forwarded.Add(v[0])
 	q.told.Add(v[1])
 	q.finished.Add(v[2])
-	q.forced.Add(v[3])
+	if f[6] == "stop" {
+		q.forcedAtStop.Add(v[3])
+	} else {
+		q.forced.Add(v[3])
+	}
 	return true
 }
 
@@ -147,6 +153,13 @@ type quicResult struct {
 	Told      int64 `json:"told"`
 	Finished  int64 `json:"finished"`
 	Forced    int64 `json:"forced"`
+	// ForcedAtStop counts the connections the last workers closed when
+	// the harness stopped them, after the load (not a restart's).
+	ForcedAtStop int64 `json:"forced_at_stop"`
+	// Retried counts the requests quic-go's client sent again after the
+	// server rejected them (H3_REQUEST_REJECTED, which RFC 9114 §4.1.2
+	// guarantees the server did not process: quic-go retries nothing else).
+	Retried int64 `json:"retried"`
 	// Resets counts the requests that failed with a stateless reset of
 	// their connection (quic.StatelessResetError), as the clients saw it.
 	Resets int64 `json:"stateless_resets"`
@@ -154,34 +167,55 @@ type quicResult struct {
 
 // result returns the run's quicResult: the workers' reports (read to the
 // end of their stdout: call it after handshakes) and the clients' resets.
-func (q *quicCount) result(resets int64) *quicResult {
+func (q *quicCount) result(c *h3Count) *quicResult {
 	return &quicResult{Forwarded: q.forwarded.Load(), Told: q.told.Load(), Finished: q.finished.Load(),
-		Forced: q.forced.Load(), Resets: resets}
+		Forced: q.forced.Load(), ForcedAtStop: q.forcedAtStop.Load(), Resets: c.resets.Load(), Retried: c.retried.Load()}
 }
+
+// h3Count is what the HTTP/3 clients count: requests failed by a
+// stateless reset, and requests sent again.
+type h3Count struct{ resets, retried atomic.Int64 }
 
 // h3Timeout is the clients' QUIC idle and handshake timeout: it bounds a
 // request on a connection its server lost, as the load's Timeout does.
 const h3Timeout = 5 * time.Second
 
 // h3RoundTripper returns the load's round tripper maker for HTTP/3:
-// quic-go's http3.Transport, which counts in resets the requests that failed
-// with a stateless reset.
-func h3RoundTripper(resets *atomic.Int64) func(*tls.Config) http.RoundTripper {
+// quic-go's http3.Transport, which counts in c the requests that failed
+// with a stateless reset and those it sent again.
+func h3RoundTripper(cnt *h3Count) func(*tls.Config) http.RoundTripper {
 	return func(c *tls.Config) http.RoundTripper {
 		tr := &http3.Transport{TLSClientConfig: c,
 			QUICConfig: &quic.Config{MaxIdleTimeout: h3Timeout, HandshakeIdleTimeout: h3Timeout}}
-		return &resetCounter{tr: tr, resets: resets}
+		return &resetCounter{tr: tr, c: cnt}
 	}
 }
 
 // resetCounter counts the stateless resets under its requests' errors,
-// those of RoundTrip and of reading the body.
+// those of RoundTrip and of reading the body. It gives a POST without a
+// GetBody (load.Config.Post) one that counts in c.retried: quic-go sends a
+// request again only when the server rejected it unprocessed
+// (H3_REQUEST_REJECTED), and only if it can rewind the body, as it can
+// any body given as bytes.
 type resetCounter struct {
-	tr     *http3.Transport
-	resets *atomic.Int64
+	tr *http3.Transport
+	c  *h3Count
 }
 
 func (r *resetCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil && req.GetBody == nil {
+		b, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		req = req.Clone(req.Context())
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		req.GetBody = func() (io.ReadCloser, error) {
+			r.c.retried.Add(1)
+			return io.NopCloser(bytes.NewReader(b)), nil
+		}
+	}
 	resp, err := r.tr.RoundTrip(req)
 	if err != nil {
 		r.count(err)
@@ -194,7 +228,7 @@ func (r *resetCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 func (r *resetCounter) count(err error) {
 	var se *quic.StatelessResetError
 	if errors.As(err, &se) || strings.Contains(err.Error(), "received a stateless reset") {
-		r.resets.Add(1)
+		r.c.resets.Add(1)
 	}
 }
 

@@ -130,6 +130,8 @@ func (s *summary) add(r runResult) {
 		s.QUIC.Finished += q.Finished
 		s.QUIC.Forced += q.Forced
 		s.QUIC.Resets += q.Resets
+		s.QUIC.Retried += q.Retried
+		s.QUIC.ForcedAtStop += q.ForcedAtStop
 	}
 	if h := r.Handshakes; h != nil {
 		s.HandshakesFull += h.Full
@@ -338,12 +340,12 @@ func writeHTTP2(w io.Writer, rows []summary) {
 // writeH3 writes the table of the HTTP/3 runs, if any.
 func writeH3(w io.Writer, rows []summary) {
 	writeExtra(w, rows, func(s summary) bool { return s.H3 },
-		"HTTP/3: stateless resets = failed requests whose connection the client saw reset (quic.StatelessResetError); forwarded = datagrams a successor forwarded to its predecessor (zd-h3), per restart; told / finished / forced = connections the quicdrain generations sent a GOAWAY, saw their clients close, closed at the grace:",
-		"| contender | c | restarts | failed (per rep) | stateless resets | datagrams forwarded | forwarded per restart | told / finished / forced |",
+		"HTTP/3: stateless resets = failed requests whose connection the client saw reset (quic.StatelessResetError); rejected, sent again = POSTs the server refused unprocessed (H3_REQUEST_REJECTED) that quic-go's client sent again (it retries nothing else); forwarded = datagrams a successor forwarded to its predecessor (zd-h3, zd-h3-pool), per restart; told / finished / forced = connections the quicdrain generations sent a GOAWAY, saw their clients close, closed at the grace when a successor took over (those closed at the harness's final stop, after the load, are not counted):",
+		"| contender | c | restarts | failed (per rep) | stateless resets | rejected, sent again | datagrams forwarded | forwarded per restart | told / finished / forced |",
 		func(s summary) string {
 			q := s.QUIC
-			return fmt.Sprintf("| %s | %d | %d | %d (%s) | %d | %d | %.1f | %d / %d / %d |", s.Contender, s.Concurrency, s.Restarts,
-				s.Failed, joinInts(s.FailedPerRep), q.Resets, q.Forwarded, s.ForwardedPerRestart, q.Told, q.Finished, q.Forced)
+			return fmt.Sprintf("| %s | %d | %d | %d (%s) | %d | %d | %d | %.1f | %d / %d / %d |", s.Contender, s.Concurrency, s.Restarts,
+				s.Failed, joinInts(s.FailedPerRep), q.Resets, q.Retried, q.Forwarded, s.ForwardedPerRestart, q.Told, q.Finished, q.Forced)
 		})
 }
 
@@ -477,7 +479,8 @@ func progressLine(r runResult) string {
 		line += fmt.Sprintf(", %d retried, %d dials", l.Retried, l.Dials)
 	}
 	if q := r.QUIC; q != nil {
-		line += fmt.Sprintf(", %d stateless resets, %d datagrams forwarded, %d/%d/%d told/finished/forced", q.Resets, q.Forwarded, q.Told, q.Finished, q.Forced)
+		line += fmt.Sprintf(", %d stateless resets, %d rejected and sent again, %d datagrams forwarded, %d/%d/%d told/finished/forced (%d forced at the final stop)",
+			q.Resets, q.Retried, q.Forwarded, q.Told, q.Finished, q.Forced, q.ForcedAtStop)
 	}
 	if r.Error != "" {
 		line += "; error: " + r.Error

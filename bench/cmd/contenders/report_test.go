@@ -363,7 +363,7 @@ func TestSummarizeH3(t *testing.T) {
 	run := func(rep int, fwd, resets int64) runResult {
 		return runResult{Spec: runSpec{Contender: "zd-h3", Concurrency: 16, Rep: rep, H3: true}, Restarts: 10,
 			Load: &load.Result{Requests: 100, Failed: resets},
-			QUIC: &quicResult{Forwarded: fwd, Told: 20, Finished: 19, Forced: 1, Resets: resets}}
+			QUIC: &quicResult{Forwarded: fwd, Told: 20, Finished: 19, Forced: 1, Resets: resets, Retried: 3}}
 	}
 	rows := summarize([]runResult{run(1, 300, 0), run(2, 500, 2)})
 	if len(rows) != 1 {
@@ -375,7 +375,7 @@ func TestSummarizeH3(t *testing.T) {
 	}
 	var b strings.Builder
 	writeMarkdown(&b, rows)
-	if !strings.Contains(b.String(), "| zd-h3 | 16 | 20 | 2 (0, 2) | 2 | 800 | 40.0 | 40 / 38 / 2 |") {
+	if !strings.Contains(b.String(), "| zd-h3 | 16 | 20 | 2 (0/2) | 2 | 6 | 800 | 40.0 | 40 / 38 / 2 |") {
 		t.Errorf("markdown:\n%s", b.String())
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/zerodrop/zerodrop/bench/internal/worker"
@@ -221,10 +220,10 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	if s.H2load {
 		return measureH2load(ctx, c, res, url)
 	}
-	var resets atomic.Int64
+	var h3c h3Count
 	var h3 func(*tls.Config) http.RoundTripper
 	if s.H3 {
-		h3 = h3RoundTripper(&resets)
+		h3 = h3RoundTripper(&h3c)
 	}
 	g, err := load.New(load.Config{URL: url, TLS: clientTLS, HTTP2: s.HTTP2, StreamsPerConn: s.StreamsPerConn, Post: s.Post, RoundTripper: h3,
 		Concurrency: s.Concurrency, Rate: s.Rate, Duration: s.maxDuration(), Timeout: s.Timeout,
@@ -263,7 +262,7 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 		res.CPU = cpu.result() // the Go workers report it in TLS runs
 	}
 	if s.H3 {
-		res.QUIC = env.tls.quic.result(resets.Load())
+		res.QUIC = env.tls.quic.result(&h3c)
 	}
 	for _, err := range []error{rerr, out.err, cerr, serr} {
 		if err != nil {

@@ -114,7 +114,10 @@ func TestSpawnRunH3(t *testing.T) {
 			}
 			l, q := res.Load, res.QUIC
 			t.Logf("%s", progressLine(res))
-			if res.Restarts != 3 || len(l.Marks) != 3 || len(l.Headers) < 2 || l.Requests-l.Failed == 0 {
+			// Caddy's HTTP/3 connections stay with the configuration
+			// that accepted them (the contender checks each reload from
+			// outside, over TCP): the load may see one generation only.
+			if res.Restarts != 3 || len(l.Marks) != 3 || len(l.Headers) < 2 && name != "caddy" || l.Requests-l.Failed == 0 {
 				t.Errorf("%d restarts, %d marks, generations %v, %d requests answered; want 3, 3, 2 or more, some",
 					res.Restarts, len(l.Marks), l.Headers, l.Requests-l.Failed)
 			}

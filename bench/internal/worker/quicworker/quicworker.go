@@ -24,9 +24,11 @@
 //
 // Every variant serves with the worker's certificate (EnvTLSCert, required)
 // and prints, as it exits, "quic <pid> <forwarded> <told> <finished>
-// <forced>": the datagrams its successor forwarded to it, and its
+// <forced> <why>": the datagrams its successor forwarded to it, and its
 // connections told to go away, finished and forced (zeros but for
-// "zerodrop").
+// "zerodrop"); why is "successor" when a successor took over, "stop" when
+// the harness stopped it (SIGTERM). Every variant's shutdown is bounded by
+// Grace.
 package quicworker
 
 import (
@@ -38,6 +40,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -62,6 +65,12 @@ const recvBuffer = 2 << 20
 // resetKey is the fixed stateless reset key of the quic-go servers of the
 // controls: quic-go recommends one that survives restarts.
 var resetKey = quic.StatelessResetKey{1, 2, 3}
+
+// Grace bounds a quic worker's shutdown (GOAWAY, then its clients' leave),
+// below worker.ShutdownTimeout so that the socket-passing control, whose
+// predecessor waits for clients its successor reset, restarts within the
+// run's time.
+const Grace = 2 * time.Second
 
 func init() { worker.Register("quic", serveQUIC) }
 
@@ -89,7 +98,11 @@ func serveQUIC(ctx context.Context, w *worker.Worker) error {
 	default:
 		err = fmt.Errorf("quic: %s=%q: want zerodrop, pass, plain or reuseport", EnvVariant, v)
 	}
-	fmt.Printf("quic %d %d %d %d %d\n", os.Getpid(), r.Stats.Forwarded, r.Told, r.Finished, r.Forced)
+	why := "successor"
+	if ctx.Err() != nil {
+		why = "stop"
+	}
+	fmt.Printf("quic %d %d %d %d %d %s\n", os.Getpid(), r.Stats.Forwarded, r.Told, r.Finished, r.Forced, why)
 	return err
 }
 
@@ -111,7 +124,7 @@ func handoffConfig(w *worker.Worker) handoff.Config {
 }
 
 // serveZerodrop serves a quicdrain generation until a successor is ready
-// (or ctx ends), then shuts it down, bounded by worker.ShutdownTimeout.
+// (or ctx ends), then shuts it down, bounded by Grace.
 func serveZerodrop(ctx context.Context, w *worker.Worker, srv *http3.Server, r *report) error {
 	u, err := handoff.New(ctx, handoffConfig(w))
 	if err != nil {
@@ -146,7 +159,7 @@ func serveZerodrop(ctx context.Context, w *worker.Worker, srv *http3.Server, r *
 	case <-ctx.Done():
 	}
 	w.Stopping()
-	sctx, cancel := context.WithTimeout(context.Background(), worker.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), Grace)
 	defer cancel()
 	*r = h3.Shutdown(sctx)
 	return nil
@@ -188,7 +201,7 @@ func servePlain(ctx context.Context, w *worker.Worker, srv *http3.Server, shared
 }
 
 // serveOn serves srv with quic-go on pc, calls ready, and once stop closes
-// (or ctx ends) shuts srv down, bounded by worker.ShutdownTimeout.
+// (or ctx ends) shuts srv down, bounded by Grace.
 func serveOn(ctx context.Context, w *worker.Worker, srv *http3.Server, pc net.PacketConn, ready func() error, stop <-chan struct{}) error {
 	tr := &quic.Transport{Conn: pc, StatelessResetKey: &resetKey}
 	defer tr.Close()
@@ -211,7 +224,7 @@ func serveOn(ctx context.Context, w *worker.Worker, srv *http3.Server, pc net.Pa
 		return err
 	}
 	w.Stopping()
-	sctx, cancel := context.WithTimeout(context.Background(), worker.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), Grace)
 	defer cancel()
 	err = srv.Shutdown(sctx)
 	<-done
