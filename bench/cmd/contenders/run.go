@@ -61,6 +61,9 @@ type runSpec struct {
 
 // mode describes the load of s in words, for the results' header.
 func (s runSpec) mode() string {
+	if s.Post && s.H3 {
+		return s.connMode() + "; every request a small POST, which quic-go's client sends again only if the server rejected it unprocessed (H3_REQUEST_REJECTED)"
+	}
 	if s.Post {
 		return s.connMode() + "; every request a small POST net/http cannot replay (GetBody nil)"
 	}
