@@ -27,6 +27,8 @@ type client interface {
 // in retried the requests they sent more than once.
 func newClient(c Config, u *url.URL, retried *atomic.Int64) client {
 	switch {
+	case c.RoundTripper != nil:
+		return newSharedClient(c, u, retried, func() http.RoundTripper { return c.RoundTripper(c.TLS.Clone()) })
 	case c.HTTP2:
 		return newH2Client(c, u, retried)
 	case c.Transport:
@@ -321,39 +323,52 @@ func (c *httpClient) do(ctx context.Context) (string, error) {
 
 func (c *httpClient) close() { c.tr.CloseIdleConnections() }
 
-// h2Client sends requests over HTTP/2 through net/http's Transports:
-// Config.StreamsPerConn workers' worth of requests share each Transport,
-// which holds one connection, so that many streams run on few
-// connections. Requests go to the Transports in turn.
-type h2Client struct {
-	trs     []*http.Transport
+// sharedClient sends requests through round trippers that
+// Config.StreamsPerConn workers' worth of requests share, each holding one
+// connection, so that many streams run on few connections: net/http's
+// Transports over HTTP/2 (newH2Client), or Config.RoundTripper's. Requests
+// go to the round trippers in turn.
+type sharedClient struct {
+	trs     []http.RoundTripper
 	next    atomic.Uint64
 	reqs    requests
 	header  string
 	retried *atomic.Int64
 }
 
-func newH2Client(c Config, u *url.URL, retried *atomic.Int64) *h2Client {
+func newSharedClient(c Config, u *url.URL, retried *atomic.Int64, rt func() http.RoundTripper) *sharedClient {
 	n := (c.Concurrency + c.StreamsPerConn - 1) / c.StreamsPerConn
-	h := &h2Client{trs: make([]*http.Transport, n), reqs: newRequests(c, u), header: c.Header, retried: retried}
+	h := &sharedClient{trs: make([]http.RoundTripper, n), reqs: newRequests(c, u), header: c.Header, retried: retried}
 	for i := range h.trs {
-		tr := newTransport(c, true)
-		// For HTTP/2 this bounds the dials in progress: the requests
-		// that find no connection wait for the one being dialled.
-		tr.MaxConnsPerHost = 1
-		h.trs[i] = tr
+		h.trs[i] = rt()
 	}
 	return h
 }
 
-func (c *h2Client) do(ctx context.Context) (string, error) {
+// newH2Client returns a sharedClient of HTTP/2 Transports.
+func newH2Client(c Config, u *url.URL, retried *atomic.Int64) *sharedClient {
+	return newSharedClient(c, u, retried, func() http.RoundTripper {
+		tr := newTransport(c, true)
+		// For HTTP/2 this bounds the dials in progress: the requests
+		// that find no connection wait for the one being dialled.
+		tr.MaxConnsPerHost = 1
+		return tr
+	})
+}
+
+func (c *sharedClient) do(ctx context.Context) (string, error) {
 	tr := c.trs[(c.next.Add(1)-1)%uint64(len(c.trs))]
 	return roundTrip(tr, c.reqs.request(ctx), c.header, c.retried)
 }
 
-func (c *h2Client) close() {
+func (c *sharedClient) close() {
 	for _, tr := range c.trs {
-		tr.CloseIdleConnections()
+		switch t := tr.(type) {
+		case io.Closer:
+			t.Close()
+		case interface{ CloseIdleConnections() }:
+			t.CloseIdleConnections()
+		}
 	}
 }
 

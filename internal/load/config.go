@@ -57,7 +57,17 @@ type Config struct {
 	// POSTs.
 	Post bool
 
-	// StreamsPerConn is, with HTTP2, how many workers share one Transport
+	// RoundTripper, when set, makes the round trippers the requests are
+	// sent through instead of net/http's Transport, such as quic-go's
+	// http3.Transport for HTTP/3 (which this module does not link): one per
+	// StreamsPerConn workers, as with HTTP2, each given the run's TLS
+	// configuration (with ServerName set) to use. A request fails as the
+	// round tripper returns it. Those that implement CloseIdleConnections
+	// or io.Closer are closed at the end of the run. HTTP2, Transport,
+	// KeepAlive and Dial do not apply; Pool must not be set.
+	RoundTripper func(tls *tls.Config) http.RoundTripper
+
+	// StreamsPerConn is, with HTTP2 or RoundTripper, how many workers share one Transport
 	// (default 8): Concurrency / StreamsPerConn connections, rounded up,
 	// each carrying up to StreamsPerConn streams at once.
 	StreamsPerConn int
@@ -141,6 +151,8 @@ func (c Config) withDefaults() (Config, *url.URL, error) {
 		return c, nil, fmt.Errorf("load: HTTP2 needs an https URL, not %q", c.URL)
 	case c.HTTP2 && c.Pool > 0:
 		return c, nil, errors.New("load: HTTP2 and Pool both set")
+	case c.RoundTripper != nil && c.Pool > 0:
+		return c, nil, errors.New("load: RoundTripper and Pool both set")
 	case u.Scheme == "https":
 		c.TLS = clientTLS(c.TLS, u)
 	}

@@ -17,7 +17,7 @@ import (
 func caddySpecs() []spec {
 	check := installed("caddy", "caddy")
 	return []spec{
-		{name: "caddy", check: check,
+		{name: "caddy", check: check, h3: true,
 			about: "Caddy, respond directive; caddy reload (admin API on a unix socket): a configuration reload inside one process, which keeps its listeners; Caddy has no binary upgrade, a new binary is a stop and a start",
 			make:  func() contender { return &caddy{} }},
 	}

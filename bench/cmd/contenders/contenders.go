@@ -35,6 +35,9 @@ type spec struct {
 	// noTLS, if set, says why the contender has no TLS mode: its runs with
 	// -tls or -h2 are skipped with it.
 	noTLS string
+	// h3 marks the contenders that serve HTTP/3, the ones -h3 runs;
+	// h3Only those that serve nothing else (skipped without -h3).
+	h3, h3Only bool
 }
 
 // runEnv is what a contender gets from the run.
@@ -64,6 +67,8 @@ type handshakeCount struct {
 	Resumed atomic.Int64 `json:"-"`
 	// cpu follows the workers' CPU time ("ready <pid>", "cpu <pid> <ns>").
 	cpu cpuTrack
+	// quic sums the quic workers' reports ("quic <pid> ...").
+	quic quicCount
 }
 
 // binFor returns the binary that runs worker mode: workerBin-mode if it
@@ -96,7 +101,8 @@ func specs() []spec {
 	s = append(s, nginxSpecs()...)
 	s = append(s, haproxySpecs()...)
 	s = append(s, caddySpecs()...)
-	return append(s, zerodropSpecs()...)
+	s = append(s, zerodropSpecs()...)
+	return append(s, quicSpecs()...)
 }
 
 // naive restarts the way a process manager does: stop, then start.

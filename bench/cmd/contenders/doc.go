@@ -2,15 +2,16 @@
 // one strategy after another in one run, and reports what the load saw: the
 // comparative benchmark of issue 7.
 //
-//	CGO_ENABLED=0 go build -o /tmp/ ./cmd/contenders ./cmd/zdworker ./cmd/zdworker-steer ./cmd/zdworker-tableflip
+//	CGO_ENABLED=0 go build -o /tmp/ ./cmd/contenders ./cmd/zdworker ./cmd/zdworker-steer ./cmd/zdworker-tableflip ./cmd/zdworker-quic
 //	sudo /tmp/contenders -c 64,256 -restarts 100 -reps 3 -o /tmp/bench-out
 //
 // The servers run from separate binaries that link only what they need, as a
 // real service binary would: cmd/zdworker (package internal/worker) for most,
 // cmd/zdworker-steer for zd-steer (the only one linking the eBPF library) and
-// cmd/zdworker-tableflip for tableflip, found beside contenders or named with
-// -worker (its companions are used if they sit beside it, named path-steer
-// and path-tableflip). This binary also links the plotting packages, and
+// cmd/zdworker-tableflip for tableflip, cmd/zdworker-quic for the HTTP/3
+// ones (the only one linking quic-go), found beside contenders or named with
+// -worker (its companions are used if they sit beside it, named path-steer,
+// path-tableflip and path-quic). This binary also links the plotting packages, and
 // package init is paid at every process start here (a Go hello-world takes
 // 10 ms to fork, exec and exit on this VM, zdworker 15, a zdworker that also
 // links the eBPF library 19): it would sit in the accept gap of the
@@ -113,6 +114,19 @@
 // streams still in flight when a run's time was up (started - done, counted
 // neither way by h2load). Each run's JSON keeps the output of its first
 // failing h2load run.
+//
+// With -h3 the load is HTTP/3 (load.Config.RoundTripper: quic-go's
+// http3.Transport, -h2-streams workers sharing each connection, TLS
+// implied), and only the contenders that serve HTTP/3 run: zd-h3 (a
+// quicdrain generation upgraded by handoff), h3-pass (the control that
+// passes the UDP socket and starts quic-go on it in the successor), h3-naive
+// (stop, start) and caddy (reloaded; Caddy serves HTTP/3 on the HTTPS
+// site's port by default). Without -h3 the HTTP/3-only ones are skipped.
+// results.md adds a table of the stateless resets the clients saw, the
+// datagrams successors forwarded to their predecessors (per restart), and
+// the connections the quicdrain generations told to go away, saw finish and
+// forced. Use -post: quic-go's client retries no request anyway, but a POST
+// is what the restart must not lose.
 //
 // With -post every request is a POST of a few bytes that net/http cannot
 // replay (load.Config.Post: GetBody nil, the body a plain io.Reader, as one

@@ -17,6 +17,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/bench/internal/worker"
 	_ "github.com/zerodrop/zerodrop/bench/internal/worker/flipworker"
+	_ "github.com/zerodrop/zerodrop/bench/internal/worker/quicworker"
 	_ "github.com/zerodrop/zerodrop/bench/internal/worker/steerworker"
 )
 
@@ -88,6 +89,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.base.TLS, "tls", false, "serve and load HTTPS (TLS, HTTP/1.1 from the load; a handshake per request unless -keepalive)")
 	fs.BoolVar(&o.base.HTTP2, "h2", false, "load HTTP/2 over TLS (net/http's Transport, -h2-streams workers per connection); implies -tls")
 	fs.IntVar(&o.base.StreamsPerConn, "h2-streams", 8, "with -h2: workers sharing each HTTP/2 connection")
+	fs.BoolVar(&o.base.H3, "h3", false, "load HTTP/3 (quic-go's http3.Transport, -h2-streams workers per connection); runs the contenders that serve HTTP/3 only; implies -tls")
 	fs.BoolVar(&o.base.H2load, "h2load", false, "load HTTP/2 with h2load (nghttp2, never retries) instead of net/http's Transport, one h2load run per restart; implies -h2")
 	fs.BoolVar(&o.base.Post, "post", false, "every request a small POST net/http cannot replay (GetBody nil) instead of a GET; not with -pool, which always POSTs")
 	fs.Float64Var(&o.base.Rate, "rate", 0, "open loop: this many requests per second (0: closed loop)")
@@ -108,12 +110,18 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.base.HTTP2 = true
 	}
+	if o.base.H3 {
+		if o.base.HTTP2 || o.base.Pool > 0 || o.base.Rate > 0 || o.base.StreamsPerConn < 1 {
+			return o, errors.New("-h3 needs -h2-streams of 1 or more, and no -h2, -h2load, -pool or -rate")
+		}
+		o.base.TLS = true
+	}
 	if o.base.HTTP2 {
 		if o.base.Pool > 0 || o.base.StreamsPerConn < 1 {
 			return o, errors.New("-h2 needs -h2-streams of 1 or more, and no -pool")
 		}
 		o.base.TLS = true
-	} else {
+	} else if !o.base.H3 {
 		o.base.StreamsPerConn = 0
 	}
 	lo, hi, err := parseInterval(*interval)
@@ -132,7 +140,7 @@ func parseFlags(args []string) (options, error) {
 		o.concurrency = append(o.concurrency, n)
 	}
 	for _, s := range specs() {
-		if *only == "" || contains(strings.Split(*only, ","), s.name) {
+		if *only == "" && (o.base.H3 && s.h3 || !o.base.H3 && !s.h3Only) || contains(strings.Split(*only, ","), s.name) {
 			o.contenders = append(o.contenders, s.name)
 		}
 	}
@@ -183,7 +191,7 @@ func parseInterval(v string) (lo, hi time.Duration, err error) {
 const workerName = "zdworker"
 
 // workerSuffixes are the modes that run from workerName-mode.
-var workerSuffixes = []string{"steer", "tableflip"}
+var workerSuffixes = []string{"steer", "tableflip", "quic"}
 
 // findWorker returns the absolute path of the worker binary: path if set
 // (which must exist), else workerName in the directory of this executable if

@@ -28,7 +28,7 @@ func TestFindWorker(t *testing.T) {
 	if _, err := os.Stat(lean); err == nil {
 		t.Skipf("%s exists", lean)
 	}
-	if got, err := findWorker("", &note); err != nil || got != self || !strings.Contains(note.String(), "no zdworker, zdworker-steer, zdworker-tableflip beside") {
+	if got, err := findWorker("", &note); err != nil || got != self || !strings.Contains(note.String(), "no zdworker, zdworker-steer, zdworker-tableflip, zdworker-quic beside") {
 		t.Errorf("findWorker(\"\") = %q, %v, note %q; want %q and a note", got, err, note.String(), self)
 	}
 	dir := t.TempDir()

@@ -94,6 +94,9 @@ func readReady(r *os.File, lines chan<- int, hs *handshakeCount) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
+		if hs.quic.parse(f) {
+			continue
+		}
 		if len(f) == 4 && f[0] == "tls" {
 			full, ferr := strconv.ParseInt(f[2], 10, 64)
 			resumed, rerr := strconv.ParseInt(f[3], 10, 64)

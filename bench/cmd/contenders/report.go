@@ -66,11 +66,16 @@ type summary struct {
 	// reconnections (every handshake but each client's first: Concurrency
 	// per repetition), FullPerRestart is (full - Concurrency per
 	// repetition) / restarts.
-	HandshakesFull    int64   `json:"handshakes_full,omitempty"`
-	HandshakesResumed int64   `json:"handshakes_resumed,omitempty"`
-	TLSReps           int     `json:"tls_reps,omitempty"`
-	ResumedShare      float64 `json:"resumed_share,omitempty"`
-	FullPerRestart    float64 `json:"full_handshakes_per_restart,omitempty"`
+	// H3 marks the runs of HTTP/3 load; QUIC sums what their workers and
+	// clients reported, ForwardedPerRestart is QUIC.Forwarded / Restarts.
+	H3                  bool       `json:"h3,omitempty"`
+	QUIC                quicResult `json:"quic"`
+	ForwardedPerRestart float64    `json:"forwarded_per_restart,omitempty"`
+	HandshakesFull      int64      `json:"handshakes_full,omitempty"`
+	HandshakesResumed   int64      `json:"handshakes_resumed,omitempty"`
+	TLSReps             int        `json:"tls_reps,omitempty"`
+	ResumedShare        float64    `json:"resumed_share,omitempty"`
+	FullPerRestart      float64    `json:"full_handshakes_per_restart,omitempty"`
 	// The Go workers' CPU time (user + system), over the repetitions that
 	// report it (CPUReps): CPUSteady is µs of CPU per request answered in
 	// the steady phase; CPUPerRestart the restart phase's CPU / restarts
@@ -118,6 +123,16 @@ func (s *summary) add(r runResult) {
 		s.Errors = append(s.Errors, fmt.Sprintf("rep %d: %s", r.Spec.Rep, r.Error))
 	}
 	s.Restarts += r.Restarts
+	if q := r.QUIC; q != nil {
+		s.H3 = true
+		s.QUIC.Forwarded += q.Forwarded
+		s.QUIC.Told += q.Told
+		s.QUIC.Finished += q.Finished
+		s.QUIC.Forced += q.Forced
+		s.QUIC.Resets += q.Resets
+		s.QUIC.Retried += q.Retried
+		s.QUIC.ForcedAtStop += q.ForcedAtStop
+	}
 	if h := r.Handshakes; h != nil {
 		s.HandshakesFull += h.Full
 		s.HandshakesResumed += h.Resumed
@@ -191,6 +206,9 @@ func (s *summary) finish(runs []runResult) {
 	if len(took) > 0 {
 		s.RestartMSMax = slices.Max(took)
 	}
+	if s.H3 && s.Restarts > 0 {
+		s.ForwardedPerRestart = float64(s.QUIC.Forwarded) / float64(s.Restarts)
+	}
 	if s.Pool > 0 && s.Restarts > 0 {
 		s.ReconnectsPerRestart = float64(s.Dials-int64(s.Pool*len(s.DialsPerRep))) / float64(s.Restarts)
 	}
@@ -249,6 +267,7 @@ func writeMarkdown(w io.Writer, rows []summary) {
 	writeHandshakes(w, rows)
 	writeHTTP2(w, rows)
 	writeH2load(w, rows)
+	writeH3(w, rows)
 	fmt.Fprintln(w, "\nKernel counters, deltas summed over the repetitions (each run in its own namespace):")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| contender | c | MigrateReqSuccess | MigrateReqFailure | ListenOverflows | ListenDrops | Tcp.OutRsts | Tcp.EstabResets |")
@@ -315,6 +334,18 @@ func writeHTTP2(w io.Writer, rows []summary) {
 		func(s summary) string {
 			return fmt.Sprintf("| %s | %d | %d | %d (%s) | %d (%s) | %d (%s) |", s.Contender, s.Concurrency, s.Restarts,
 				s.Failed, joinInts(s.FailedPerRep), s.Retried, joinInts(s.RetriedPerRep), s.Dials, joinInts(s.DialsPerRep))
+		})
+}
+
+// writeH3 writes the table of the HTTP/3 runs, if any.
+func writeH3(w io.Writer, rows []summary) {
+	writeExtra(w, rows, func(s summary) bool { return s.H3 },
+		"HTTP/3: stateless resets = failed requests whose connection the client saw reset (quic.StatelessResetError); rejected, sent again = POSTs the server refused unprocessed (H3_REQUEST_REJECTED) that quic-go's client sent again (it retries nothing else); forwarded = datagrams a successor forwarded to its predecessor (zd-h3, zd-h3-pool), per restart; told / finished / forced = connections the quicdrain generations sent a GOAWAY, saw their clients close, closed at the grace when a successor took over (those closed at the harness's final stop, after the load, are not counted):",
+		"| contender | c | restarts | failed (per rep) | stateless resets | rejected, sent again | datagrams forwarded | forwarded per restart | told / finished / forced |",
+		func(s summary) string {
+			q := s.QUIC
+			return fmt.Sprintf("| %s | %d | %d | %d (%s) | %d | %d | %d | %.1f | %d / %d / %d |", s.Contender, s.Concurrency, s.Restarts,
+				s.Failed, joinInts(s.FailedPerRep), q.Resets, q.Retried, q.Forwarded, s.ForwardedPerRestart, q.Told, q.Finished, q.Forced)
 		})
 }
 
@@ -446,6 +477,10 @@ func progressLine(r runResult) string {
 	}
 	if s.HTTP2 {
 		line += fmt.Sprintf(", %d retried, %d dials", l.Retried, l.Dials)
+	}
+	if q := r.QUIC; q != nil {
+		line += fmt.Sprintf(", %d stateless resets, %d rejected and sent again, %d datagrams forwarded, %d/%d/%d told/finished/forced (%d forced at the final stop)",
+			q.Resets, q.Retried, q.Forwarded, q.Told, q.Finished, q.Forced, q.ForcedAtStop)
 	}
 	if r.Error != "" {
 		line += "; error: " + r.Error

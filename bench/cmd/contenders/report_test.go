@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -314,5 +315,67 @@ func TestSummarizeHandshakes(t *testing.T) {
 	}
 	if strings.Contains(md.String(), "| naive | 16 | 20 | 0 |") {
 		t.Errorf("a run without handshakes in the handshake table:\n%s", md.String())
+	}
+}
+
+// -h3 implies -tls, keeps -h2-streams, and runs the contenders that serve
+// HTTP/3 (Caddy's too); without it the HTTP/3-only ones do not run.
+func TestParseH3Flags(t *testing.T) {
+	o, err := parseFlags([]string{"-h3", "-h2-streams", "4", "-post"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"caddy", "h3-naive", "h3-pass", "zd-h3", "h3-reuseport", "zd-h3-pool"}
+	if !o.base.H3 || !o.base.TLS || o.base.HTTP2 || o.base.StreamsPerConn != 4 || !slices.Equal(o.contenders, want) ||
+		!strings.HasPrefix(o.base.mode(), "HTTP/3 (QUIC), quic-go's http3.Transport, 4 workers' streams per connection") {
+		t.Errorf("-h3: H3 %v TLS %v HTTP2 %v streams %d contenders %v mode %q; want true true false 4 %v",
+			o.base.H3, o.base.TLS, o.base.HTTP2, o.base.StreamsPerConn, o.contenders, o.base.mode(), want)
+	}
+	o, err = parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range o.contenders {
+		if sp, _ := findSpec(name); sp.h3Only {
+			t.Errorf("without -h3: %s runs", name)
+		}
+	}
+	if !slices.Contains(o.contenders, "caddy") {
+		t.Errorf("without -h3: caddy does not run (%v)", o.contenders)
+	}
+	for _, bad := range [][]string{{"-h3", "-h2"}, {"-h3", "-pool", "4"}, {"-h3", "-rate", "10"}, {"-h3", "-h2-streams", "0"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("parseFlags(%q): no error", bad)
+		}
+	}
+	// An HTTP/3-only contender in a run without -h3, and one that serves
+	// no HTTP/3 in a -h3 run, are skipped before the namespace is touched.
+	for _, s := range []runSpec{{Contender: "zd-h3"}, {Contender: "naive", H3: true, TLS: true}} {
+		if res := runOne(t.Context(), s, os.Stderr); res.Skipped == "" {
+			t.Errorf("runOne(%s, h3 %v) = %+v; want skipped", s.Contender, s.H3, res)
+		}
+	}
+}
+
+// The HTTP/3 table sums the workers' and clients' reports over the
+// repetitions and divides the datagrams forwarded by the restarts.
+func TestSummarizeH3(t *testing.T) {
+	run := func(rep int, fwd, resets int64) runResult {
+		return runResult{Spec: runSpec{Contender: "zd-h3", Concurrency: 16, Rep: rep, H3: true}, Restarts: 10,
+			Load: &load.Result{Requests: 100, Failed: resets},
+			QUIC: &quicResult{Forwarded: fwd, Told: 20, Finished: 19, Forced: 1, Resets: resets, Retried: 3}}
+	}
+	rows := summarize([]runResult{run(1, 300, 0), run(2, 500, 2)})
+	if len(rows) != 1 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	s := rows[0]
+	if !s.H3 || s.QUIC.Forwarded != 800 || s.ForwardedPerRestart != 40 || s.QUIC.Told != 40 || s.QUIC.Forced != 2 || s.QUIC.Resets != 2 {
+		t.Errorf("summary %+v", s)
+	}
+	var b strings.Builder
+	writeMarkdown(&b, rows)
+	if !strings.Contains(b.String(), "| zd-h3 | 16 | 20 | 2 (0/2) | 2 | 6 | 800 | 40.0 | 40 / 38 / 2 |") {
+		t.Errorf("markdown:\n%s", b.String())
 	}
 }

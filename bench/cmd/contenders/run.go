@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -44,8 +45,12 @@ type runSpec struct {
 	// H2load loads HTTP/2 with h2load instead of net/http's Transport: one
 	// h2load run per restart (scheduleH2load), Concurrency streams on
 	// Concurrency/StreamsPerConn connections.
-	H2load bool    `json:"h2load,omitempty"`
-	Rate   float64 `json:"rate,omitempty"` // open loop: requests per second
+	H2load bool `json:"h2load,omitempty"`
+	// H3 loads HTTP/3 with quic-go's http3.Transport (TLS implied),
+	// StreamsPerConn workers sharing each connection; only the contenders
+	// that serve HTTP/3 run.
+	H3   bool    `json:"h3,omitempty"`
+	Rate float64 `json:"rate,omitempty"` // open loop: requests per second
 	// Pool, when positive, is the number of clients of a sparse keep-alive
 	// pool (load.Config.Pool), each sending at intervals in [PoolMin,
 	// PoolMax]; Concurrency then equals it.
@@ -56,6 +61,9 @@ type runSpec struct {
 
 // mode describes the load of s in words, for the results' header.
 func (s runSpec) mode() string {
+	if s.Post && s.H3 {
+		return s.connMode() + "; every request a small POST, which quic-go's client sends again only if the server rejected it unprocessed (H3_REQUEST_REJECTED)"
+	}
 	if s.Post {
 		return s.connMode() + "; every request a small POST net/http cannot replay (GetBody nil)"
 	}
@@ -69,6 +77,8 @@ func (s runSpec) connMode() string {
 		conn = "keep-alive"
 	}
 	switch {
+	case s.H3:
+		return fmt.Sprintf("HTTP/3 (QUIC), quic-go's http3.Transport, %d workers' streams per connection", s.StreamsPerConn)
 	case s.Pool > 0 && s.TLS:
 		return fmt.Sprintf("HTTPS (TLS), sparse keep-alive pool of %d clients", s.Pool)
 	case s.Pool > 0:
@@ -102,6 +112,8 @@ type runResult struct {
 	Counters  reuseport.Counters `json:"counters"` // deltas over the run
 	Load      *load.Result       `json:"load,omitempty"`
 	H2load    *h2loadResult      `json:"h2load,omitempty"` // instead of Load, with -h2load
+	// QUIC is what the HTTP/3 workers and clients reported (-h3).
+	QUIC *quicResult `json:"quic,omitempty"`
 	// Handshakes are the TLS handshakes the Go workers served (-tls, -h2),
 	// as they report them at exit.
 	Handshakes *handshakes `json:"handshakes,omitempty"`
@@ -133,6 +145,14 @@ func runOne(ctx context.Context, s runSpec, stderr *os.File) runResult {
 	}
 	if (s.TLS || s.HTTP2) && sp.noTLS != "" {
 		res.Skipped = sp.noTLS // before the namespace is touched
+		return res
+	}
+	switch {
+	case s.H3 && !sp.h3:
+		res.Skipped = "no HTTP/3"
+		return res
+	case !s.H3 && sp.h3Only:
+		res.Skipped = "HTTP/3 only: run with -h3"
 		return res
 	}
 	if sp.check != nil {
@@ -203,7 +223,12 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	if s.H2load {
 		return measureH2load(ctx, c, res, url)
 	}
-	g, err := load.New(load.Config{URL: url, TLS: clientTLS, HTTP2: s.HTTP2, StreamsPerConn: s.StreamsPerConn, Post: s.Post,
+	var h3c h3Count
+	var h3 func(*tls.Config) http.RoundTripper
+	if s.H3 {
+		h3 = h3RoundTripper(&h3c)
+	}
+	g, err := load.New(load.Config{URL: url, TLS: clientTLS, HTTP2: s.HTTP2, StreamsPerConn: s.StreamsPerConn, Post: s.Post, RoundTripper: h3,
 		Concurrency: s.Concurrency, Rate: s.Rate, Duration: s.maxDuration(), Timeout: s.Timeout,
 		KeepAlive: s.KeepAlive, Header: "X-Generation", Window: s.Window, Pool: s.Pool, PoolMin: s.PoolMin, PoolMax: s.PoolMax})
 	if err != nil {
@@ -238,6 +263,9 @@ func measure(ctx context.Context, sp spec, res *runResult, stderr *os.File) erro
 	if clientTLS != nil {
 		res.Handshakes = env.handshakes()
 		res.CPU = cpu.result() // the Go workers report it in TLS runs
+	}
+	if s.H3 {
+		res.QUIC = env.tls.quic.result(&h3c)
 	}
 	for _, err := range []error{rerr, out.err, cerr, serr} {
 		if err != nil {

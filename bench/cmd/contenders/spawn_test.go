@@ -145,3 +145,59 @@ func TestSpawnRunTLS13(t *testing.T) {
 		})
 	}
 }
+
+// The -h3 mode: each HTTP/3 contender through 3 restarts in a run child,
+// loaded by quic-go's http3.Transport with non-idempotent POSTs. zd-h3 must
+// lose no request, see no stateless reset, forward datagrams to its
+// predecessors and tell connections to go away; the socket-passing control
+// must show the loss it exists for (a request failed or a connection reset),
+// or the benchmark could not see it. The same for the pools of 4 workers on
+// the port rolled one at a time: zd-h3-pool (quicdrain slots) loses
+// nothing, h3-reuseport (quic-go workers, the reuseport group changed at
+// each roll) loses. h3-naive and Caddy (reloaded with caddy
+// reload) must serve through their restarts; a missing caddy skips, and
+// fails under ZERODROP_REQUIRE_PRIVILEGED=1.
+func TestSpawnRunH3(t *testing.T) {
+	netnstest.RequirePrivileged(t)
+	for _, name := range []string{"zd-h3", "h3-pass", "h3-naive", "caddy", "zd-h3-pool", "h3-reuseport"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := runSpec{Contender: name, Concurrency: 16, StreamsPerConn: 4, Rep: 1, Restarts: 3, H3: true, TLS: true, Post: true,
+				Period: 500 * time.Millisecond, Lead: 500 * time.Millisecond, Tail: time.Second,
+				Window: 100 * time.Millisecond, Timeout: 10 * time.Second}
+			res, err := spawnRun(t.Context(), s, os.Stderr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Skipped != "" && os.Getenv(netnstest.EnvRequirePrivileged) != "1" {
+				t.Skip(res.Skipped)
+			}
+			if res.Error != "" || res.Skipped != "" || res.Load == nil || res.QUIC == nil {
+				t.Fatalf("run: error %q, skipped %q", res.Error, res.Skipped)
+			}
+			l, q := res.Load, res.QUIC
+			t.Logf("%s", progressLine(res))
+			// Caddy's HTTP/3 connections stay with the configuration
+			// that accepted them (the contender checks each reload from
+			// outside, over TCP): the load may see one generation only.
+			if res.Restarts != 3 || len(l.Marks) != 3 || len(l.Headers) < 2 && name != "caddy" || l.Requests-l.Failed == 0 {
+				t.Errorf("%d restarts, %d marks, generations %v, %d requests answered; want 3, 3, 2 or more, some",
+					res.Restarts, len(l.Marks), l.Headers, l.Requests-l.Failed)
+			}
+			switch name {
+			case "zd-h3", "zd-h3-pool":
+				if l.Failed != 0 || q.Resets != 0 || q.Forced != 0 {
+					t.Errorf("%d requests failed (%v, first errors %v), %d stateless resets, %d connections forced; want none",
+						l.Failed, l.FailedByClass, l.Errors, q.Resets, q.Forced)
+				}
+				if q.Forwarded == 0 || q.Told == 0 {
+					t.Errorf("%d datagrams forwarded, %d connections told to go away: the handover was not exercised", q.Forwarded, q.Told)
+				}
+			case "h3-pass", "h3-reuseport":
+				if l.Failed == 0 && q.Resets == 0 {
+					t.Errorf("the socket-passing control lost no request and saw no stateless reset")
+				}
+			}
+		})
+	}
+}
