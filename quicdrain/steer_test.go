@@ -251,11 +251,14 @@ func TestUnsteeredRestartLoses(t *testing.T) {
 			t.Log(r)
 		}
 		// The connections the hash moved stall (the successor drops their
-		// datagrams) until the client's idle timeout: the predecessor's
-		// drain is forced, their requests fail.
+		// datagrams, or refuses them) until the client's idle timeout: their
+		// requests fail. The predecessor's drain is forced when it still
+		// holds such a connection at its deadline; beside a CPU hog the
+		// clients' idle timeouts (or CONNECTION_REFUSED) came first, 16
+		// failed and nothing forced, which is the same loss.
 		t.Logf("without steering, 1 restart: %s", l)
-		if l.failed == 0 || reportValue(t, reports[0], "forced") == 0 {
-			t.Errorf("without the program no request failed or no drain was forced: %s; report %s", l, reports[0])
+		if l.failed == 0 {
+			t.Errorf("without the program no request failed: %s; report %s", l, reports[0])
 		}
 	})
 }
