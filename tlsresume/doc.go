@@ -22,19 +22,20 @@
 //     each direction by authenticating it at sequence number 0 (the few
 //     handshake records before it fail), then counts every record: the next
 //     sequence numbers. It opens every record the client sends (following
-//     its KeyUpdates, and keeping the last bytes of application data), and
+//     its KeyUpdates, and its application data as HTTP/1.1 requests), and
 //     those of ours small enough to be a KeyUpdate (crypto/tls sends one only
 //     when asked, unpadded); NewSessionTicket records are counted like data.
 //   - ProveIdleHTTP freezes the connection only when net/http waits for the
 //     next request (idle, one deadline since, crypto/tls blocked in Read, so
-//     it holds no whole record and no plaintext), the data read ends an HTTP
-//     message (CRLF CRLF: net/http's buffer then holds at most empty lines
-//     it would skip), and the last record in each direction authenticates
-//     under keys derived anew (HKDF-Expand-Label, RFC 8446 §7.1 and §7.3)
-//     from the secret handed over at the sequence number before the one
-//     handed over; a KeyUpdate must be the record that moved the secret on.
-//     Anything else (TLS 1.2, no request yet, a request with a body as the
-//     last thing read, a record that did not authenticate where it had to, an
+//     it holds no whole record and no plaintext), the data read ends exactly
+//     where a request ends (followed through its head and its body, framed
+//     by Content-Length or chunked: net/http then holds none of it), and the
+//     last record in each direction authenticates under keys derived anew
+//     (HKDF-Expand-Label, RFC 8446 §7.1 and §7.3) from the secret handed
+//     over at the sequence number before the one handed over; a KeyUpdate
+//     must be the record that moved the secret on. Anything else (TLS 1.2,
+//     no request yet, a request whose framing net/http might read
+//     otherwise, a record that did not authenticate where it had to, an
 //     alert, an unknown handshake message, a KeyUpdate not followed) is
 //     refused: the connection is closed as without this package.
 //   - Take then wakes crypto/tls's Read, keeps the bytes that arrived

@@ -163,9 +163,8 @@ func (r *Recorder) inner(d *direction, read bool, pt []byte) {
 	}
 	switch {
 	case typ == typeApplication && read:
-		d.tail = append(d.tail, content...)
-		if len(d.tail) > tailLen {
-			d.tail = d.tail[:copy(d.tail, d.tail[len(d.tail)-tailLen:])]
+		if err := r.req.feed(content); err != nil {
+			r.fail(err)
 		}
 	case typ == typeApplication:
 	case typ == typeHandshake && len(content) == 5 && content[0] == hsKeyUpdate && content[4] <= 1:

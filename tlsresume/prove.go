@@ -1,7 +1,6 @@
 package tlsresume
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -41,10 +40,9 @@ func (r *Recorder) SetReadDeadline(t time.Time) error {
 //     SetReadDeadline since (its idle timeout, before it peeks at the next
 //     request), and crypto/tls blocked in Read, so it holds no whole record
 //     and no plaintext (it reads only when it has none);
-//   - the application data read ends with an HTTP message's end (CRLF
-//     CRLF): net/http's buffer, which it peeks into, holds nothing but
-//     possibly the empty lines it would skip (fewer than 4 bytes, or it
-//     would not read);
+//   - the application data read, followed as HTTP/1.1 requests (their
+//     bodies framed by Content-Length or chunked), ends exactly where a
+//     request ends: net/http, idle and reading, holds none of it;
 //   - both directions' application records were all followed (see Recorder),
 //     and the last record each way authenticates under keys derived anew
 //     from the secret r hands over (or, for a KeyUpdate, the one before it)
@@ -69,8 +67,8 @@ func (r *Recorder) check() error {
 		return errors.New("no application record each way (not TLS 1.3, or no request yet)")
 	case !r.idle || r.deadlines != 1 || !r.inRead:
 		return ErrBusy
-	case !bytes.HasSuffix(r.in.tail, []byte("\r\n\r\n")):
-		return errors.New("the data read does not end an HTTP message")
+	case !r.req.atStart():
+		return errors.New("the data read does not end where a request ends")
 	}
 	if err := verifyLast(r.suite, &r.in); err != nil {
 		return fmt.Errorf("last record read: %w", err)

@@ -19,7 +19,7 @@ import (
 //     number 0 until one authenticates: the handshake's own are a few), then
 //     every later record, counted: the next sequence number;
 //   - every record the peer sends is opened (its KeyUpdates followed, its
-//     last application bytes kept for Tail); of ours, those small enough to
+//     application data followed as HTTP/1.1 requests); of ours, those small enough to
 //     be a KeyUpdate are opened (crypto/tls sends one only when asked, in a
 //     22-byte record), the rest counted; a copy of the last record in each
 //     direction.
@@ -41,6 +41,7 @@ type Recorder struct {
 	claimed   bool
 	suite     *suite
 	in, out   direction
+	req       requests // the HTTP/1.1 requests read (in's application data)
 	broken    error
 	inRead    bool // crypto/tls waits in Read: it holds no whole record
 	idle      bool // net/http's StateIdle
@@ -65,7 +66,6 @@ type direction struct {
 	lastSeq uint64
 	// lastPrev: the last record was a KeyUpdate, under prev.
 	lastPrev bool
-	tail     []byte // read direction: the last bytes of application data
 }
 
 // maxTrials bounds the encrypted records opened at sequence number 0 in
@@ -79,9 +79,6 @@ const smallWrite = 64
 
 // keepBuffer is the largest record buffer kept between records.
 const keepBuffer = 4096
-
-// tailLen is how many bytes of application data read Tail keeps.
-const tailLen = 16
 
 // errHandedOver is what crypto/tls gets from a Recorder that was taken.
 var errHandedOver = errors.New("tls connection handed over")
@@ -180,6 +177,8 @@ func (r *Recorder) forget() {
 }
 
 func (r *Recorder) forgetLocked() {
+	clear(r.req.line)
+	r.req.line = nil
 	for _, d := range []*direction{&r.in, &r.out} {
 		if d.h != nil {
 			d.h.zero()
@@ -187,10 +186,9 @@ func (r *Recorder) forgetLocked() {
 		clear(d.prev)
 		clear(d.first)
 		clear(d.last)
-		clear(d.tail)
 		clear(d.payload)
 		clear(d.scratch[:cap(d.scratch)])
-		d.h, d.prev, d.first, d.last, d.tail, d.payload, d.scratch = nil, nil, nil, nil, nil, nil, nil
+		d.h, d.prev, d.first, d.last, d.payload, d.scratch = nil, nil, nil, nil, nil, nil
 	}
 	if r.hello {
 		r.capture.forget(r.random)
