@@ -85,9 +85,8 @@
 // zerodrop.Options.TLSHandoff sets it; worker.EnvTLSHandOver): its clients
 // see neither a close nor a handshake with -keepalive; the connections it
 // cannot hand over (TLS 1.2, a state not proven) are drained as
-// zd-tickets's are, and so are all of -pool's: each of its requests is a
-// POST, and tlsresume proves idle only a connection whose last read ended
-// an HTTP header block (CRLF CRLF), not a body. Over TLS, zerodrop's workers (zd-drain, zd-handoff, ...) drain with
+// zd-tickets's are; -pool's POSTs are followed through their bodies, so
+// its connections go over too. Over TLS, zerodrop's workers (zd-drain, zd-handoff, ...) drain with
 // drain.Server.CloseSpread (worker.DefaultCloseSpread, 500 ms; the
 // environment variable ZD_BENCH_CLOSE_SPREAD changes it, "0" for none), so
 // their keep-alive clients reconnect, each with a full handshake, spread
