@@ -24,17 +24,18 @@ type client interface {
 }
 
 // newClient returns the client of c's mode. The Transport-based ones count
-// in retried the requests they sent more than once.
-func newClient(c Config, u *url.URL, retried *atomic.Int64) client {
+// in n the requests they sent more than once, and the responses that said
+// Connection: close.
+func newClient(c Config, u *url.URL, n *counts) client {
 	switch {
 	case c.RoundTripper != nil:
-		return newSharedClient(c, u, retried, func() http.RoundTripper { return c.RoundTripper(c.TLS.Clone()) })
+		return newSharedClient(c, u, n, func() http.RoundTripper { return c.RoundTripper(c.TLS.Clone()) })
 	case c.HTTP2:
-		return newH2Client(c, u, retried)
+		return newH2Client(c, u, n)
 	case c.Transport:
-		return newHTTPClient(c, u, retried)
+		return newHTTPClient(c, u, n)
 	}
-	return newRawClient(c, u)
+	return newRawClient(c, u, n)
 }
 
 // rawClient writes a hand-made HTTP/1.1 request on a net.Conn (over TLS
@@ -47,6 +48,7 @@ type rawClient struct {
 	req    []byte
 	header string
 	keep   bool
+	n      *counts
 	idle   chan *rawConn // kept-alive connections, when keep
 	bufs   sync.Pool     // *bufio.Reader, for new connections
 	// caches, when tls has a ClientSessionCache, are the session caches
@@ -61,7 +63,7 @@ type rawConn struct {
 	cache tls.ClientSessionCache // its session cache, or nil
 }
 
-func newRawClient(c Config, u *url.URL) *rawClient {
+func newRawClient(c Config, u *url.URL, n *counts) *rawClient {
 	method, body := http.MethodGet, ""
 	if c.Post {
 		method, body = http.MethodPost, postBody
@@ -80,6 +82,7 @@ func newRawClient(c Config, u *url.URL) *rawClient {
 		req:    []byte(req + "\r\n" + body),
 		header: c.Header,
 		keep:   c.KeepAlive,
+		n:      n,
 		idle:   make(chan *rawConn, c.Concurrency),
 		caches: sessionCaches(c),
 	}
@@ -227,6 +230,9 @@ func (c *rawClient) exchange(ctx context.Context, conn *rawConn) (hv string, reu
 	if resp.StatusCode >= 400 {
 		err = &statusError{resp.StatusCode}
 	}
+	if resp.Close && c.keep {
+		c.n.askedClose.Add(1)
+	}
 	return resp.Header.Get(c.header), !resp.Close, err
 }
 
@@ -244,17 +250,17 @@ func (c *rawClient) close() {
 // httpClient sends requests through net/http's Transport, HTTP/1.1 only,
 // which retries some failures on reused connections.
 type httpClient struct {
-	tr      *http.Transport
-	reqs    requests
-	header  string
-	retried *atomic.Int64
+	tr     *http.Transport
+	reqs   requests
+	header string
+	n      *counts
 }
 
-func newHTTPClient(c Config, u *url.URL, retried *atomic.Int64) *httpClient {
+func newHTTPClient(c Config, u *url.URL, n *counts) *httpClient {
 	tr := newTransport(c, false)
 	tr.DisableKeepAlives = !c.KeepAlive
 	tr.MaxIdleConnsPerHost = c.Concurrency
-	return &httpClient{tr: tr, reqs: newRequests(c, u), header: c.Header, retried: retried}
+	return &httpClient{tr: tr, reqs: newRequests(c, u), header: c.Header, n: n}
 }
 
 // newTransport returns a Transport for c that speaks HTTP/1.1 only, or
@@ -318,7 +324,7 @@ func postRequest(ctx context.Context, u *url.URL, body io.Reader, n int) *http.R
 func unreplayable(s string) io.Reader { return struct{ io.Reader }{strings.NewReader(s)} }
 
 func (c *httpClient) do(ctx context.Context) (string, error) {
-	return roundTrip(c.tr, c.reqs.request(ctx), c.header, c.retried)
+	return roundTrip(c.tr, c.reqs.request(ctx), c.header, c.n)
 }
 
 func (c *httpClient) close() { c.tr.CloseIdleConnections() }
@@ -329,16 +335,16 @@ func (c *httpClient) close() { c.tr.CloseIdleConnections() }
 // Transports over HTTP/2 (newH2Client), or Config.RoundTripper's. Requests
 // go to the round trippers in turn.
 type sharedClient struct {
-	trs     []http.RoundTripper
-	next    atomic.Uint64
-	reqs    requests
-	header  string
-	retried *atomic.Int64
+	trs    []http.RoundTripper
+	next   atomic.Uint64
+	reqs   requests
+	header string
+	n      *counts
 }
 
-func newSharedClient(c Config, u *url.URL, retried *atomic.Int64, rt func() http.RoundTripper) *sharedClient {
-	n := (c.Concurrency + c.StreamsPerConn - 1) / c.StreamsPerConn
-	h := &sharedClient{trs: make([]http.RoundTripper, n), reqs: newRequests(c, u), header: c.Header, retried: retried}
+func newSharedClient(c Config, u *url.URL, n *counts, rt func() http.RoundTripper) *sharedClient {
+	conns := (c.Concurrency + c.StreamsPerConn - 1) / c.StreamsPerConn
+	h := &sharedClient{trs: make([]http.RoundTripper, conns), reqs: newRequests(c, u), header: c.Header, n: n}
 	for i := range h.trs {
 		h.trs[i] = rt()
 	}
@@ -346,8 +352,8 @@ func newSharedClient(c Config, u *url.URL, retried *atomic.Int64, rt func() http
 }
 
 // newH2Client returns a sharedClient of HTTP/2 Transports.
-func newH2Client(c Config, u *url.URL, retried *atomic.Int64) *sharedClient {
-	return newSharedClient(c, u, retried, func() http.RoundTripper {
+func newH2Client(c Config, u *url.URL, n *counts) *sharedClient {
+	return newSharedClient(c, u, n, func() http.RoundTripper {
 		tr := newTransport(c, true)
 		// For HTTP/2 this bounds the dials in progress: the requests
 		// that find no connection wait for the one being dialled.
@@ -358,7 +364,7 @@ func newH2Client(c Config, u *url.URL, retried *atomic.Int64) *sharedClient {
 
 func (c *sharedClient) do(ctx context.Context) (string, error) {
 	tr := c.trs[(c.next.Add(1)-1)%uint64(len(c.trs))]
-	return roundTrip(tr, c.reqs.request(ctx), c.header, c.retried)
+	return roundTrip(tr, c.reqs.request(ctx), c.header, c.n)
 }
 
 func (c *sharedClient) close() {
@@ -375,18 +381,22 @@ func (c *sharedClient) close() {
 // roundTrip sends req on tr, reads the whole reply and returns its header
 // named header; a status of 400 or above is a *statusError. A request the
 // Transport sent more than once (it got a connection for it more than once)
-// counts in retried.
-func roundTrip(tr http.RoundTripper, req *http.Request, header string, retried *atomic.Int64) (string, error) {
+// counts in n.retried, a response that said Connection: close in
+// n.askedClose.
+func roundTrip(tr http.RoundTripper, req *http.Request, header string, n *counts) (string, error) {
 	var conns atomic.Int32
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
 		GotConn: func(httptrace.GotConnInfo) { conns.Add(1) },
 	}))
 	resp, err := tr.RoundTrip(req)
 	if conns.Load() > 1 {
-		retried.Add(1)
+		n.retried.Add(1)
 	}
 	if err != nil {
 		return "", err
+	}
+	if resp.Close {
+		n.askedClose.Add(1)
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()

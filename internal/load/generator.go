@@ -15,15 +15,21 @@ type Generator struct {
 	cfg    Config
 	client client // nil with Config.Pool
 	pool   *pool  // nil without Config.Pool
-	dials  atomic.Int64
-	// retried counts the requests a Transport sent more than once.
-	retried atomic.Int64
-	// serverClosed counts connections the server closed (see watchedConn).
-	serverClosed atomic.Int64
-	rec          *recorder
-	ran          atomic.Bool
-	sent         atomic.Int64 // requests started, for Config.Requests
-	start        time.Time
+	n      counts
+	rec    *recorder
+	ran    atomic.Bool
+	sent   atomic.Int64 // requests started, for Config.Requests
+	start  time.Time
+}
+
+// counts is what a run counts of its connections and requests, besides
+// the recorder's latencies: the Result fields of the same names.
+type counts struct {
+	dials, retried, serverClosed, clientClosed, askedClose atomic.Int64
+	// stopped: the run stopped sending; the closes that follow are the
+	// run's end (a request cut short, the idle connections closed), not
+	// counted in clientClosed.
+	stopped atomic.Bool
 }
 
 // New checks cfg and returns a Generator ready to Run once.
@@ -35,18 +41,18 @@ func New(cfg Config) (*Generator, error) {
 	g := &Generator{rec: newRecorder(cfg.Bucket, cfg.Window)}
 	dial := cfg.Dial
 	cfg.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
-		g.dials.Add(1)
+		g.n.dials.Add(1)
 		c, err := dial(ctx, network, address)
 		if err != nil {
 			return nil, err
 		}
-		return &watchedConn{Conn: c, serverClosed: &g.serverClosed}, nil
+		return &watchedConn{Conn: c, n: &g.n}, nil
 	}
 	g.cfg = cfg
 	if cfg.Pool > 0 {
-		g.pool = newPool(cfg, u, &g.retried)
+		g.pool = newPool(cfg, u, &g.n)
 	} else {
-		g.client = newClient(cfg, u, &g.retried)
+		g.client = newClient(cfg, u, &g.n)
 	}
 	return g, nil
 }
@@ -74,6 +80,7 @@ func (g *Generator) Run(ctx context.Context) (*Result, error) {
 	g.rec.start(g.start, func() time.Duration { return time.Since(g.start) })
 	sending, cancel := context.WithTimeout(ctx, g.cfg.Duration)
 	defer cancel()
+	context.AfterFunc(sending, func() { g.n.stopped.Store(true) })
 
 	var wg sync.WaitGroup
 	switch {
@@ -91,8 +98,8 @@ func (g *Generator) Run(ctx context.Context) (*Result, error) {
 		g.client.close()
 	}
 	res := g.rec.result()
-	res.Pool, res.Dials, res.Retried = g.cfg.Pool, g.dials.Load(), g.retried.Load()
-	res.ServerClosed = g.serverClosed.Load()
+	res.Pool, res.Dials, res.Retried = g.cfg.Pool, g.n.dials.Load(), g.n.retried.Load()
+	res.ServerClosed, res.ClientClosed, res.AskedClose = g.n.serverClosed.Load(), g.n.clientClosed.Load(), g.n.askedClose.Load()
 	if ended(ctx) {
 		<-ctx.Done() // its deadline has passed: the timer is about to fire
 		return res, ctx.Err()
@@ -189,25 +196,29 @@ func ended(ctx context.Context) bool {
 }
 
 // watchedConn counts in serverClosed a connection on which a read failed
-// (EOF, a reset) before the client closed it: the server closed it.
-// net/http's Transport closes connections of its own too (for example when
-// its write goroutine, starved of CPU, has not reported within 50 ms): those
-// are not counted.
+// (EOF, a reset) before the client closed it: the server closed it; and in
+// clientClosed one the client closed first, before the run stopped
+// sending: net/http's Transport does after a response that said
+// Connection: close (counted in askedClose too), and on its own (for
+// example when its write goroutine, starved of CPU, has not reported
+// within 50 ms).
 type watchedConn struct {
 	net.Conn
-	serverClosed   *atomic.Int64
+	n              *counts
 	closed, failed atomic.Bool
 }
 
 func (c *watchedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if err != nil && !c.closed.Load() && c.failed.CompareAndSwap(false, true) {
-		c.serverClosed.Add(1)
+		c.n.serverClosed.Add(1)
 	}
 	return n, err
 }
 
 func (c *watchedConn) Close() error {
-	c.closed.Store(true)
+	if !c.closed.Swap(true) && !c.failed.Load() && !c.n.stopped.Load() {
+		c.n.clientClosed.Add(1)
+	}
 	return c.Conn.Close()
 }

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -18,7 +17,7 @@ import (
 // Transport never retries, so every failure the server causes is counted.
 type pool struct {
 	members []*member
-	retried *atomic.Int64
+	n       *counts
 }
 
 // member is one client of a pool.
@@ -31,8 +30,8 @@ type member struct {
 	p      *pool
 }
 
-func newPool(c Config, u *url.URL, retried *atomic.Int64) *pool {
-	p := &pool{members: make([]*member, c.Pool), retried: retried}
+func newPool(c Config, u *url.URL, n *counts) *pool {
+	p := &pool{members: make([]*member, c.Pool), n: n}
 	for i := range p.members {
 		tr := newTransport(c, false)
 		tr.MaxConnsPerHost = 1
@@ -53,7 +52,7 @@ func (m *member) do(ctx context.Context) (string, error) {
 	// retries it on another connection.
 	body := []byte("zerodrop-load pool client " + m.id + " request " + strconv.Itoa(m.n) + "\n")
 	req := postRequest(ctx, m.u, bytes.NewReader(body), len(body))
-	return roundTrip(m.tr, req, m.header, m.p.retried)
+	return roundTrip(m.tr, req, m.header, m.p.n)
 }
 
 func (p *pool) close() {

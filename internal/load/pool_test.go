@@ -67,14 +67,17 @@ func TestPool(t *testing.T) {
 		t.Errorf("requests %d failed %d headers %v errors %v; want at least 48, all ok from generation 3",
 			res.Requests, res.Failed, res.Headers, res.Errors)
 	}
-	if res.Pool != 16 || res.Dials != 16 {
-		t.Errorf("pool %d, dials %d; want 16 clients that dialled once each", res.Pool, res.Dials)
+	if res.Pool != 16 || res.Dials != 16 || res.ServerClosed+res.ClientClosed+res.AskedClose != 0 {
+		t.Errorf("pool %d, dials %d, closed by the server %d, by the clients %d, asked %d; want 16 clients that dialled once each, and no close",
+			res.Pool, res.Dials, res.ServerClosed, res.ClientClosed, res.AskedClose)
 	}
 	ps.check(t, res.Dials)
 }
 
 // A server that closes the connection after each reply makes every request
-// dial again: the dials count each reconnection.
+// dial again: the dials count each reconnection, AskedClose each reply
+// that said Connection: close, ClientClosed the connections the Transport
+// closed for it (before the run's end: all but the last few).
 func TestPoolReconnects(t *testing.T) {
 	ps := newPoolServer(t, true)
 	res := run(t, t.Context(), Config{URL: ps.url, Pool: 4, PoolMin: 10 * time.Millisecond,
@@ -82,6 +85,10 @@ func TestPoolReconnects(t *testing.T) {
 	if res.Requests != 40 || res.Failed != 0 || res.Dials != 40 {
 		t.Errorf("requests %d failed %d dials %d errors %v; want 40 ok on 40 connections",
 			res.Requests, res.Failed, res.Dials, res.Errors)
+	}
+	if res.AskedClose != 40 || res.ClientClosed < 40-4 || res.ClientClosed > 40 {
+		t.Errorf("asked to close %d, closed by the clients %d; want 40, and 36 to 40 (the last ones may close as the run ends)",
+			res.AskedClose, res.ClientClosed)
 	}
 	ps.check(t, res.Dials)
 }

@@ -33,6 +33,14 @@ type Result struct {
 	// and redials connections itself, for example when its write goroutine
 	// is starved of CPU.
 	ServerClosed int64 `json:"server_closed"`
+	// ClientClosed counts the connections the client closed first while
+	// it was sending (Config.Duration): after a response that said Connection: close
+	// (AskedClose counts those responses), or on its own (net/http's
+	// Transport, when its write goroutine is starved of CPU). Dials -
+	// Pool - (ClientClosed - AskedClose) are the pool's reconnections the
+	// server caused.
+	ClientClosed int64 `json:"client_closed"`
+	AskedClose   int64 `json:"asked_close"`
 	// Retried counts the requests net/http's Transport sent more than
 	// once, on another connection (Config.Transport, HTTP2, Pool): for
 	// example a stream above the last stream id of a GOAWAY. Each counts

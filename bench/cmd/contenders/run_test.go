@@ -78,12 +78,15 @@ func TestRunPool(t *testing.T) {
 				if res.Restarts != restarts || l.Pool != clients || l.Requests == 0 {
 					t.Fatalf("%d restarts, pool %d, %d requests; want %d, %d, some", res.Restarts, l.Pool, l.Requests, restarts, clients)
 				}
-				t.Logf("%d requests, %d failed %v, %d dials, %d connections closed by the server, counters %+v", l.Requests, l.Failed, l.Errors, l.Dials, l.ServerClosed, res.Counters)
+				t.Logf("%d requests, %d failed %v, %d dials, %d connections closed by the server, %d by the clients (%d responses said Connection: close), counters %+v",
+					l.Requests, l.Failed, l.Errors, l.Dials, l.ServerClosed, l.ClientClosed, l.AskedClose, res.Counters)
+				// The dials a Transport made after closing a connection
+				// on its own (its write goroutine starved of CPU, at
+				// load 25: 17 dials, none closed by the server) are the
+				// clients'; the rest are reconnections the server caused.
+				caused := l.Dials - int64(clients) - (l.ClientClosed - l.AskedClose)
 				switch name {
 				case "zd-handoff", "zd-drain": // zd-drain's workers pass theirs to a sibling (handoff.Pool)
-					// Dials can exceed clients when net/http's Transport
-					// closes a connection itself (CPU-starved, at load 25
-					// here: 17 dials, none closed by the server).
 					if l.Failed != 0 || l.ServerClosed != 0 || l.Dials < clients {
 						t.Errorf("%d failed %v, %d dials, %d connections closed by the server; want 0 failed and none closed (no reconnect forced); workers said:\n%s",
 							l.Failed, l.Errors, l.Dials, l.ServerClosed, workers())
@@ -91,9 +94,12 @@ func TestRunPool(t *testing.T) {
 					// A rolled pool worker that closes its idle connections
 					// (IdleGrace: each answered with Connection: close, which
 					// the client closes itself) makes its clients dial again:
-					// 33 dials for 16 clients without the pool.
-					if name == "zd-drain" && l.Dials > clients+clients/4 {
-						t.Errorf("%d dials for %d clients: the rolled workers' clients reconnected; workers said:\n%s", l.Dials, clients, workers())
+					// 33 dials for 16 clients without the pool. Before the
+					// clients' own closes were told apart, a run beside a
+					// CPU hog (load 12-16) failed here with 24 dials.
+					if name == "zd-drain" && caused > clients/4 {
+						t.Errorf("%d dials for %d clients, %d closed by the clients on their own: the rolled workers' clients reconnected; workers said:\n%s",
+							l.Dials, clients, l.ClientClosed-l.AskedClose, workers())
 					}
 				case "naive":
 					// Every restart closes every connection: each client
