@@ -2,7 +2,6 @@ package tlsresume
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -107,15 +106,7 @@ func TestOpenSSLKeyUpdate(t *testing.T) {
 					c.expect(t, "KEYUPDATE")
 					waitUpdated(t, r, k == "K")
 				}
-				if err := prove(r); err != nil {
-					t.Fatalf("not proven: %v", err)
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				raw, st, err := r.Take(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
+				raw, st := take(t, r)
 				if st.Suite != suite {
 					t.Fatalf("suite %#04x, want %#04x", st.Suite, suite)
 				}

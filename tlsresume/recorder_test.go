@@ -115,6 +115,21 @@ func prove(r *Recorder) error {
 	return err
 }
 
+// take proves r (bounded) and takes it, failing the test otherwise.
+func take(t *testing.T, r *Recorder) (net.Conn, *State) {
+	t.Helper()
+	if err := prove(r); err != nil {
+		t.Fatalf("not proven: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	raw, st, err := r.Take(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, st
+}
+
 // successor serves the connections of the States taken, as a second
 // server would: over Conn, as plain HTTP/1.1.
 func successor(t *testing.T) (*oneListener, *http.Server) {
@@ -202,15 +217,7 @@ func TestHandOverInProcess(t *testing.T) {
 			s.mu.Lock()
 			r := s.recs[0]
 			s.mu.Unlock()
-			if err := prove(r); err != nil {
-				t.Fatalf("not proven: %v", err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			raw, st, err := r.Take(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			raw, st := take(t, r)
 			if st.ReadSeq == 0 || st.WriteSeq == 0 {
 				t.Fatalf("sequence numbers read %d write %d", st.ReadSeq, st.WriteSeq)
 			}

@@ -2,7 +2,6 @@ package tlsresume
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"io"
 	"net"
@@ -94,15 +93,7 @@ func TestTamperedAfterHandOver(t *testing.T) {
 	s.mu.Lock()
 	r := s.recs[0]
 	s.mu.Unlock()
-	if err := prove(r); err != nil {
-		t.Fatalf("not proven: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	raw, st, err := r.Take(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, st := take(t, r)
 	conn, err := New(raw, st)
 	if err != nil {
 		t.Fatal(err)
