@@ -76,7 +76,17 @@ func TestHandOver(t *testing.T) {
 		url := "http://" + ln.Addr().String()
 		b := &drain.Server{HTTP: &http.Server{Handler: echoNamed("B")}}
 		var offered atomic.Int64
-		a := &drain.Server{HTTP: &http.Server{Handler: echoNamed("A")}, HandOver: func(ctx context.Context, conns []drain.Detached) (int, error) {
+		// slowBegan: A's handler has the slow request (the stop must find
+		// it in flight, whatever the scheduler does to the client).
+		slowBegan := make(chan struct{})
+		var slowOnce sync.Once
+		aHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Has("sleep") {
+				slowOnce.Do(func() { close(slowBegan) })
+			}
+			echoNamed("A").ServeHTTP(w, r)
+		})
+		a := &drain.Server{HTTP: &http.Server{Handler: aHandler}, HandOver: func(ctx context.Context, conns []drain.Detached) (int, error) {
 			offered.Add(int64(len(conns)))
 			for _, d := range conns {
 				if err := b.ServeConn(d.Conn, d.Unread); err != nil {
@@ -149,7 +159,11 @@ func TestHandOver(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer silent.Close()
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-slowBegan:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the slow request did not reach A within 10s")
+		}
 
 		rep, err := a.Shutdown(context.Background())
 		if err != nil {
