@@ -137,6 +137,7 @@ func closeSpreadTLS(t *testing.T, spread time.Duration) ([]time.Duration, time.D
 	}
 	clients := make([]*http.Client, n)
 	replies := make([][]reply, n)
+	ends := make([]netnstest.Closes, n) // which side ended each client's connections
 	get := func(i int) (reply, error) {
 		sent := time.Now()
 		resp, err := clients[i].Get("https://" + addr + "/")
@@ -156,6 +157,7 @@ func closeSpreadTLS(t *testing.T, spread time.Duration) ([]time.Duration, time.D
 		// left A untold.
 		clients[i] = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 			TLSClientConfig: cert.Client("http/1.1"), MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1,
+			DialContext:  ends[i].Dial(nil),
 			TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}}
 		// Each client's connection is A's: B does not serve yet.
 		if r, err := get(i); err != nil || r.server != "A" || r.close {
@@ -235,10 +237,19 @@ func closeSpreadTLS(t *testing.T, spread time.Duration) ([]time.Duration, time.D
 				onB++
 			}
 		}
+		// A client whose Transport left A's connection on its own (no
+		// read failed, A said nothing: its write goroutine starved of
+		// CPU, under load) dialled again, and the kernel may have given
+		// that connection to B: A had nothing left to tell it.
+		if told == 0 && onB > 0 && ends[i].Server.Load() == 0 && ends[i].Client.Load() > 0 {
+			t.Logf("client %d left A on its own (%d connections it closed first), then %d replies from B", i, ends[i].Client.Load(), onB)
+			continue
+		}
 		// Told only once A's listener has stopped (spread or not), a
 		// client's next connection cannot land on A and be told again.
 		if told != 1 || onB == 0 {
-			t.Fatalf("client %d: told to close %d times by A, %d replies from B; want once, then B (A's report %+v)", i, told, onB, rep.HTTP)
+			t.Fatalf("client %d: told to close %d times by A, %d replies from B (connections ended by the server %d, by the client %d); want once, then B (A's report %+v)",
+				i, told, onB, ends[i].Server.Load(), ends[i].Client.Load(), rep.HTTP)
 		}
 	}
 	slices.Sort(closes)
