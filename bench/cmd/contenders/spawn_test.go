@@ -129,10 +129,16 @@ func TestSpawnRunTLS13(t *testing.T) {
 			// The pool's clients dial at their first request, when
 			// another's ticket may be in the shared session cache
 			// already: at most one full handshake each.
+			// A dial after a connection the client closed on its own
+			// (its Transport starved of CPU: 11 dials for 8 clients
+			// beside the CPU hog at load 20, none closed by the server)
+			// is the client's; none may follow the server's close or
+			// its Connection: close.
 			case tc.name == "zd-tls13" && tc.pool > 0:
-				if l.Dials != clients || h.Full+h.Resumed != clients {
-					t.Errorf("%d dials, %d full and %d resumed handshakes; want %d dials, one handshake each",
-						l.Dials, h.Full, h.Resumed, clients)
+				own := l.ClientClosed - l.AskedClose
+				if l.ServerClosed != 0 || l.AskedClose != 0 || l.Dials > clients+own || h.Full+h.Resumed != l.Dials || h.Full > clients {
+					t.Errorf("%d dials (%d after the client's own closes), %d closed by the server, %d asked to close, %d full and %d resumed handshakes; want %d dials and those the clients made on their own, one handshake each",
+						l.Dials, own, l.ServerClosed, l.AskedClose, h.Full, h.Resumed, clients)
 				}
 			case tc.name == "zd-tls13":
 				// Dials, not ServerClosed: a closed-loop client's read
