@@ -15,6 +15,7 @@ import (
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/handoff/systemd"
+	"github.com/zerodrop/zerodrop/internal/httpserver"
 	"github.com/zerodrop/zerodrop/ticket"
 	"go.uber.org/zap"
 )
@@ -328,7 +329,7 @@ func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) (
 	for i := range hs {
 		hs[i] = srv
 		if i > 0 {
-			hs[i] = copyServer(srv)
+			hs[i] = httpserver.Copy(srv)
 		}
 	}
 	for i, l := range g.lns {
@@ -391,18 +392,6 @@ func drainAll(ctx context.Context, servers []*drain.Server, served *serveResult,
 	wg.Wait()
 	served.wg.Wait()
 	return reps, errors.Join(errs...)
-}
-
-// copyServer copies the exported fields of an http.Server that configure
-// serving.
-func copyServer(s *http.Server) *http.Server {
-	return &http.Server{
-		Handler: s.Handler, DisableGeneralOptionsHandler: s.DisableGeneralOptionsHandler, TLSConfig: s.TLSConfig,
-		ReadTimeout: s.ReadTimeout, ReadHeaderTimeout: s.ReadHeaderTimeout, WriteTimeout: s.WriteTimeout,
-		IdleTimeout: s.IdleTimeout, MaxHeaderBytes: s.MaxHeaderBytes, TLSNextProto: s.TLSNextProto,
-		ConnState: s.ConnState, ErrorLog: s.ErrorLog, BaseContext: s.BaseContext, ConnContext: s.ConnContext,
-		HTTP2: s.HTTP2, Protocols: s.Protocols,
-	}
 }
 
 func orDefaultDuration(d, def time.Duration) time.Duration {

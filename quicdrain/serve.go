@@ -14,6 +14,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	"github.com/zerodrop/zerodrop"
 	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/internal/httpserver"
 )
 
 // ServeOptions configures Serve.
@@ -63,6 +64,8 @@ var ErrNoTLS = errors.New("quicdrain: Serve needs srv.TLSConfig")
 // bounded by Options.Grace, default 30 s).
 //
 // srv.Handler serves both; Serve wraps it, for TCP only, to add Alt-Svc.
+// Each TCP listener is served by a copy of srv's exported fields (srv
+// itself is never served, so its hooks are never wrapped).
 // Unlike zerodrop.Serve, Serve does not hand over TLS session-ticket keys
 // or TCP connections, and has no pool.
 func Serve(ctx context.Context, srv *http.Server, addrs []string, opts ServeOptions) (*ServeReport, error) {
@@ -162,9 +165,8 @@ func (s *served) listen(ctx context.Context, gen *zerodrop.Generation, srv *http
 			return err
 		}
 		s.h3 = append(s.h3, h3)
-		hs := &http.Server{Handler: altSvc(srv.Handler, tcp.Port, maxAge), TLSConfig: srv.TLSConfig, ReadTimeout: srv.ReadTimeout,
-			ReadHeaderTimeout: srv.ReadHeaderTimeout, WriteTimeout: srv.WriteTimeout, IdleTimeout: srv.IdleTimeout,
-			MaxHeaderBytes: srv.MaxHeaderBytes, ErrorLog: srv.ErrorLog, BaseContext: srv.BaseContext, ConnContext: srv.ConnContext}
+		hs := httpserver.Copy(srv)
+		hs.Handler = altSvc(srv.Handler, tcp.Port, maxAge)
 		ds := &drain.Server{HTTP: hs, Logger: opts.Logger}
 		if opts.Drain != nil {
 			opts.Drain(addrs[len(s.tcp)], ds)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +26,8 @@ import (
 // client over TCP (HTTP/2) finds Alt-Svc naming the port Open bound,
 // quic-go's http3 client then reaches the same handler over UDP on that
 // port; at the end of ctx both drain and the report says so, and no fd or
-// goroutine is left.
+// goroutine is left. The TCP server is a copy of srv's configuration: srv's
+// ConnState hook sees its connection.
 func TestServeAltSvc(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
@@ -35,8 +37,14 @@ func TestServeAltSvc(t *testing.T) {
 		if err := os.Mkdir(fwd, 0o700); err != nil {
 			t.Fatal(err)
 		}
+		var conns atomic.Int32
 		srv := &http.Server{
 			TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert.TLS}},
+			ConnState: func(_ net.Conn, s http.ConnState) {
+				if s == http.StateNew {
+					conns.Add(1)
+				}
+			},
 			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				fmt.Fprint(w, r.Proto)
 			}),
@@ -77,6 +85,9 @@ func TestServeAltSvc(t *testing.T) {
 		m := regexp.MustCompile(`^h3=":(\d+)"; ma=86400$`).FindStringSubmatch(alt)
 		if string(body) != "HTTP/2.0" || m == nil || m[1] != fmt.Sprint(addr.(*net.TCPAddr).Port) {
 			t.Fatalf("over TCP: %q, Alt-Svc %q; want HTTP/2.0 and h3 on port %d", body, alt, addr.(*net.TCPAddr).Port)
+		}
+		if n := conns.Load(); n != 1 {
+			t.Errorf("srv.ConnState saw %d new connections, want 1 (the TCP server must carry srv's configuration)", n)
 		}
 		tr := &http3.Transport{TLSClientConfig: cert.Client(http3.NextProtoH3)}
 		defer tr.Close()
