@@ -59,9 +59,9 @@ func TestServeAltSvc(t *testing.T) {
 		done := make(chan result, 1)
 		go func() {
 			rep, err := quicdrain.Serve(ctx, srv, []string{"127.0.0.1:0"}, quicdrain.ServeOptions{
-				Options: zerodrop.Options{Handoff: handoff.Config{Path: filepath.Join(dir, "handoff.sock")}, Grace: 10 * time.Second,
+				Config: zerodrop.Config{Handoff: handoff.Config{Path: filepath.Join(dir, "handoff.sock")}, Grace: 10 * time.Second,
 					OnServing: func(_ uint64, addrs []net.Addr) { addrc <- addrs[0] }},
-				Config: quicdrain.Config{Dir: fwd},
+				Gen: quicdrain.Config{Dir: fwd},
 			})
 			done <- result{rep, err}
 		}()
