@@ -23,7 +23,7 @@ import (
 // each taken the right way for where the process runs: from the predecessor
 // on Config.Handoff, else from systemd socket activation, else a fresh
 // reuseport socket. Serve runs an http.Server on one; a server of another
-// kind (package grpc's Serve) runs its own on one:
+// kind (grpcdrain.Serve) runs its own on one:
 //
 //	g, err := zerodrop.Open(ctx, addrs, cfg)
 //	// serve g.Listeners()...

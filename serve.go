@@ -25,6 +25,7 @@ import (
 // below keeps its one name there: Drain reaches every field of each
 // listener's drain.Server. The zero value is Config's.
 type Options struct {
+	// Config configures the generation, as for Open.
 	Config
 	// Drain, if set, is called with each listener's drain.Server (and the
 	// listener's name, its address as given) before it serves, to set what
