@@ -17,6 +17,7 @@ import (
 
 	"github.com/quic-go/quic-go/http3"
 	"github.com/zerodrop/zerodrop"
+	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	quicdrain "github.com/zerodrop/zerodrop/quicdrain"
@@ -27,7 +28,8 @@ import (
 // quic-go's http3 client then reaches the same handler over UDP on that
 // port; at the end of ctx both drain and the report says so, and no fd or
 // goroutine is left. The TCP server is a copy of srv's configuration: srv's
-// ConnState hook sees its connection.
+// ConnState hook sees its connection, and ServeOptions.Drain is called
+// with its drain.Server.
 func TestServeAltSvc(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
@@ -50,6 +52,7 @@ func TestServeAltSvc(t *testing.T) {
 			}),
 		}
 		addrc := make(chan net.Addr, 1)
+		drained := make(chan string, 2)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		type result struct {
@@ -61,7 +64,8 @@ func TestServeAltSvc(t *testing.T) {
 			rep, err := quicdrain.Serve(ctx, srv, []string{"127.0.0.1:0"}, quicdrain.ServeOptions{
 				Config: zerodrop.Config{Handoff: handoff.Config{Path: filepath.Join(dir, "handoff.sock")}, Grace: 10 * time.Second,
 					OnServing: func(_ uint64, addrs []net.Addr) { addrc <- addrs[0] }},
-				Gen: quicdrain.Config{Dir: fwd},
+				Drain: func(name string, _ *drain.Server) { drained <- name },
+				Gen:   quicdrain.Config{Dir: fwd},
 			})
 			done <- result{rep, err}
 		}()
@@ -72,6 +76,9 @@ func TestServeAltSvc(t *testing.T) {
 			t.Fatalf("Serve: %v", r.err)
 		case <-time.After(60 * time.Second):
 			t.Fatal("not serving within 60 s")
+		}
+		if n := len(drained); n != 1 || <-drained != "127.0.0.1:0" {
+			t.Errorf("ServeOptions.Drain called %d times, want once, for the TCP listener 127.0.0.1:0", n)
 		}
 		tcp := &http.Client{Transport: &http.Transport{TLSClientConfig: cert.Client("h2"), ForceAttemptHTTP2: true}, Timeout: 30 * time.Second}
 		defer tcp.CloseIdleConnections()
