@@ -13,12 +13,15 @@
 //
 //	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 //	rep, err := zerodrop.Serve(ctx, srv, []string{":8080"}, zerodrop.Options{
-//		Handoff:   handoff.Config{Path: "/run/app/handoff.sock"}, // a successor takes the sockets over
-//		Successor: zerodrop.ReExec,                             // SIGHUP starts this executable again
+//		Config: zerodrop.Config{
+//			Handoff:   handoff.Config{Path: "/run/app/handoff.sock"}, // a successor takes the sockets over
+//			Successor: zerodrop.ReExec,                             // SIGHUP starts this executable again
+//		},
+//		ReadyPath: "/ready", // 200 while serving, 503 once draining
 //	})
 //
 // Started again with the same Handoff.Path (by SIGHUP, which starts
-// Options.Successor, by a deploy tool with handoff.Upgrade, or by
+// Config.Successor, by a deploy tool with handoff.Upgrade, or by
 // systemd's ExecReload=), the new process inherits the listening sockets,
 // serves them, and the old one drains: no connection is refused, reset or
 // left unanswered. Without Handoff, or when no predecessor answers, the
@@ -29,10 +32,16 @@
 // (systemd.StartSuccessor), so that systemd waits for its drain at the next
 // stop.
 //
+// # Generations of other servers
+//
 // Serve is built on Open: a Generation is one process's listeners, taken the
-// same way, with Ready, Wait (the signals, successors started, why to stop)
-// and Stopping. A server that is not an http.Server runs on one: package
-// grpc's Serve does, for grpc.Server.
+// same way, with Ready, Wait and Stopping, which Generation.Run drives for a
+// Service; grpcdrain.Serve (a grpc.Server) and quicdrain.Serve (HTTP/3) run
+// on one. Open takes a Config, what every generation honours (handoff,
+// signals, successor, delay, grace, logger, hooks), and so do those two.
+// Serve's Options is a Config plus what only an http.Server has (ReadyPath,
+// Drain, NoConnHandoff, TLSHandoff, Pool, NoTicketHandoff): giving one of
+// those to grpcdrain.Serve does not compile.
 //
 // # Platform
 //

@@ -11,7 +11,7 @@ import (
 	"github.com/zerodrop/zerodrop"
 )
 
-// A server that serves until its ctx ends, then drains. With Options.Handoff
+// A server that serves until its ctx ends, then drains. With Config.Handoff
 // set, a second process started with the same options would take its
 // listener over instead, and this one would drain when it is ready.
 func ExampleServe() {
@@ -19,7 +19,7 @@ func ExampleServe() {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "hello\n")
 	})}
-	rep, err := zerodrop.Serve(ctx, srv, []string{"127.0.0.1:0"}, zerodrop.Options{
+	rep, err := zerodrop.Serve(ctx, srv, []string{"127.0.0.1:0"}, zerodrop.Options{Config: zerodrop.Config{
 		OnServing: func(gen uint64, addrs []net.Addr) {
 			defer cancel() // stop once we have been answered
 			resp, err := http.Get("http://" + addrs[0].String() + "/")
@@ -30,7 +30,7 @@ func ExampleServe() {
 			b, _ := io.ReadAll(resp.Body)
 			fmt.Printf("generation %d answered %s", gen, b)
 		},
-	})
+	}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func ExampleServe() {
 // drains it: drain.Wrap keeps its queue).
 func ExampleOpen() {
 	ctx, cancel := context.WithCancel(context.Background())
-	g, err := zerodrop.Open(ctx, []string{"127.0.0.1:0"}, zerodrop.Options{})
+	g, err := zerodrop.Open(ctx, []string{"127.0.0.1:0"}, zerodrop.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

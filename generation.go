@@ -21,11 +21,11 @@ import (
 
 // Generation is one process of a service and its listeners, one per address,
 // each taken the right way for where the process runs: from the predecessor
-// on Options.Handoff, else from systemd socket activation, else a fresh
+// on Config.Handoff, else from systemd socket activation, else a fresh
 // reuseport socket. Serve runs an http.Server on one; a server of another
-// kind (package grpc's Serve) runs its own on one:
+// kind (grpcdrain.Serve) runs its own on one:
 //
-//	g, err := zerodrop.Open(ctx, addrs, opts)
+//	g, err := zerodrop.Open(ctx, addrs, cfg)
 //	// serve g.Listeners()...
 //	err = g.Ready("serving")
 //	cause, delay, err := g.Wait(ctx, served)
@@ -33,8 +33,8 @@ import (
 //	// drain, with delay when a signal or ctx stopped us...
 //	g.Close()
 //
-// Open installs the handlers of Options.Signals and, with Handoff.Path and
-// Successor, of Options.UpgradeSignals, unless Options.NoSignals; Close
+// Open installs the handlers of Config.Signals and, with Handoff.Path and
+// Successor, of Config.UpgradeSignals, unless Config.NoSignals; Close
 // removes them.
 type Generation struct {
 	u     *handoff.Upgrader // nil without Handoff
@@ -43,7 +43,7 @@ type Generation struct {
 	lns   []net.Listener
 	wd    *systemd.Watchdog
 	log   *zap.Logger
-	opts  Options
+	cfg   Config
 
 	stop, upgrade chan os.Signal // upgrade is nil without Handoff.Path and Successor
 	upgradeNow    chan struct{}  // Upgrade
@@ -55,20 +55,21 @@ const CauseSuccessor = "successor ready"
 
 // Open takes a listener for every address from one socket table (package
 // sockets: the predecessor's through handoff, else systemd's, else fresh),
-// or none: on error those already taken are closed. Of opts it reads
-// Handoff, Logger, Signals, UpgradeSignals, NoSignals, Successor, Delay.
+// or none: on error those already taken are closed. Of cfg it reads
+// Handoff, Logger, Signals, UpgradeSignals, NoSignals and Successor; the
+// Generation's Wait and Run read the rest.
 // A first generation started by systemd imports into Handoff.TicketKeys the
 // keys a previous run kept in the fd store (systemd.Activation.Tickets).
-func Open(ctx context.Context, addrs []string, opts Options) (g *Generation, err error) {
+func Open(ctx context.Context, addrs []string, cfg Config) (g *Generation, err error) {
 	if len(addrs) == 0 {
 		return nil, ErrNoAddress
 	}
-	g = &Generation{log: opts.Logger, opts: opts, stop: make(chan os.Signal, 1), upgradeNow: make(chan struct{}, 1)}
+	g = &Generation{log: cfg.Logger, cfg: cfg, stop: make(chan os.Signal, 1), upgradeNow: make(chan struct{}, 1)}
 	if g.log == nil {
 		g.log = zap.NewNop()
 	}
-	if !opts.NoSignals {
-		signal.Notify(g.stop, signalsOr(opts.Signals, syscall.SIGTERM, syscall.SIGINT)...)
+	if !cfg.NoSignals {
+		signal.Notify(g.stop, signalsOr(cfg.Signals, syscall.SIGTERM, syscall.SIGINT)...)
 	}
 	defer func() {
 		if err != nil {
@@ -79,12 +80,12 @@ func Open(ctx context.Context, addrs []string, opts Options) (g *Generation, err
 			g = nil
 		}
 	}()
-	hc := opts.Handoff
+	hc := cfg.Handoff
 	if hc.Logger == nil {
-		hc.Logger = opts.Logger
+		hc.Logger = cfg.Logger
 	}
 	if hc.Listen.Logger == nil {
-		hc.Listen.Logger = opts.Logger
+		hc.Listen.Logger = cfg.Logger
 	}
 	if hc.Path != "" {
 		if hc.Listen.Migration == reuseport.MigrationWarn {
@@ -93,9 +94,9 @@ func Open(ctx context.Context, addrs []string, opts Options) (g *Generation, err
 		if g.u, err = handoff.New(ctx, hc); err != nil {
 			return g, err
 		}
-		if opts.Successor != nil && !opts.NoSignals {
+		if cfg.Successor != nil && !cfg.NoSignals {
 			g.upgrade = make(chan os.Signal, 1)
-			signal.Notify(g.upgrade, signalsOr(opts.UpgradeSignals, syscall.SIGHUP)...)
+			signal.Notify(g.upgrade, signalsOr(cfg.UpgradeSignals, syscall.SIGHUP)...)
 		}
 		g.table = g.u.Table()
 	} else if g.table, err = sockets.New(sockets.Config{Listen: hc.Listen, WarnOnMismatch: hc.WarnOnMismatch, Systemd: true, Logger: hc.Logger}, nil); err != nil {
@@ -143,7 +144,7 @@ func (g *Generation) Addrs() []net.Addr {
 	return as
 }
 
-// Upgrader returns the handoff Upgrader, or nil without Options.Handoff.
+// Upgrader returns the handoff Upgrader, or nil without Config.Handoff.
 func (g *Generation) Upgrader() *handoff.Upgrader { return g.u }
 
 // Ready tells the predecessor (handoff's Ready: it stops) and systemd that
@@ -159,7 +160,7 @@ func (g *Generation) Upgrader() *handoff.Upgrader { return g.u }
 // reason to stop it: a later handoff step that failed
 // (handoff.ErrReadyIncomplete), MAINPID=, READY=1 or the watchdog's set-up
 // failing is logged (event zerodrop.ready_incomplete) and Ready returns nil.
-// Under systemd it also keeps Options.Handoff.TicketKeys in the fd store, for a
+// Under systemd it also keeps Config.Handoff.TicketKeys in the fd store, for a
 // restart (named ticket.FDName; see package ticket).
 func (g *Generation) Ready(status string) error {
 	if g.u != nil {
@@ -173,7 +174,7 @@ func (g *Generation) Ready(status string) error {
 	if n == nil {
 		return nil
 	}
-	n.Logger = g.opts.Logger
+	n.Logger = g.cfg.Logger
 	gen := g.Number()
 	if gen > 1 { // a reload: we are the service's main process now
 		if err := n.MainPID(os.Getpid()); err != nil {
@@ -204,11 +205,11 @@ func (g *Generation) incomplete(step string, err error) {
 	g.log.Warn("ready incomplete; serving anyway", zap.String("event", "zerodrop.ready_incomplete"), zap.String("step", step), zap.Error(err))
 }
 
-// Upgrade asks Wait to start a successor (Options.Successor), as an upgrade
+// Upgrade asks Wait to start a successor (Config.Successor), as an upgrade
 // signal does; it does not wait. It reports false when there is nothing to
 // start (no Handoff.Path or no Successor) or a request is already pending.
 func (g *Generation) Upgrade() bool {
-	if g.u == nil || g.opts.Successor == nil {
+	if g.u == nil || g.cfg.Successor == nil {
 		return false
 	}
 	select {
@@ -220,11 +221,11 @@ func (g *Generation) Upgrade() bool {
 }
 
 // Wait serves the upgrade signals and Upgrade (each starts a successor:
-// Options.Successor; a failure is logged, and we go on serving) and
+// Config.Successor; a failure is logged, and we go on serving) and
 // returns why the generation must stop, and with which Delay: CauseSuccessor
 // (delay 0: the successor serves the same sockets; also when a stop signal
 // or ctx came while a successor was taking over and it did), a stop signal's
-// name or ctx's error (Options.Delay), or, when served yields a value (a server
+// name or ctx's error (Config.Delay), or, when served yields a value (a server
 // stopped serving), "serve failed" with that value (delay 0).
 func (g *Generation) Wait(ctx context.Context, served <-chan error) (cause string, delay time.Duration, err error) {
 	var exit <-chan struct{}
@@ -243,12 +244,12 @@ func (g *Generation) Wait(ctx context.Context, served <-chan error) (cause strin
 			if g.settle(ctx) {
 				return CauseSuccessor, 0, nil
 			}
-			return sig.String(), g.opts.Delay, nil
+			return sig.String(), g.cfg.Delay, nil
 		case <-ctx.Done():
 			if g.settle(context.Background()) {
 				return CauseSuccessor, 0, nil
 			}
-			return ctx.Err().Error(), g.opts.Delay, nil
+			return ctx.Err().Error(), g.cfg.Delay, nil
 		case err := <-served:
 			return "serve failed", 0, err
 		}
@@ -279,7 +280,7 @@ func (g *Generation) settle(ctx context.Context) bool {
 // container's main process: podman, nspawn) alive after a successor took
 // over, because the kernel ends every process of the namespace when its
 // PID 1 exits: it stays the namespace's init, reaps the processes that end,
-// passes each stop signal (Options.Signals) it gets, and ctx's end, to
+// passes each stop signal (Config.Signals) it gets, and ctx's end, to
 // every other process of the namespace, and returns once none is left.
 // In any other process, or when no successor took over, it returns at once.
 // Serve calls it after its drain. Call it before Close.
@@ -313,7 +314,7 @@ func (g *Generation) Linger(ctx context.Context, cause string) {
 }
 
 // Stopping logs the stop and, unless a successor took over, tells systemd
-// (STOPPING=1) and stores Options.Handoff.TicketKeys in its fd store for the next
+// (STOPPING=1) and stores Config.Handoff.TicketKeys in its fd store for the next
 // start.
 func (g *Generation) Stopping(cause string) {
 	g.log.Info("stopping", zap.String("event", "zerodrop.stop"), zap.Uint64("generation", g.Number()), zap.String("cause", cause))
@@ -343,7 +344,7 @@ func (g *Generation) Close() error {
 	return nil
 }
 
-// ReExec is an Options.Successor that starts this executable again, with
+// ReExec is an Config.Successor that starts this executable again, with
 // our arguments, environment, stdout and stderr. The executable is the one
 // this process runs now (/proc/self/exe), so that a binary replaced on disk
 // at the same path starts in its new version.
@@ -357,10 +358,10 @@ func ReExec() *exec.Cmd {
 	return cmd
 }
 
-// startSuccessor starts Options.Successor's command, and logs a failure (we
+// startSuccessor starts Config.Successor's command, and logs a failure (we
 // keep serving).
 func (g *Generation) startSuccessor() {
-	if err := startSuccessor(g.opts.Successor, g.log); err != nil {
+	if err := startSuccessor(g.cfg.Successor, g.log); err != nil {
 		g.log.Warn("successor not started", zap.String("event", "zerodrop.successor_failed"), zap.Error(err))
 	}
 }
@@ -371,7 +372,7 @@ func (g *Generation) startSuccessor() {
 func startSuccessor(successor func() *exec.Cmd, log *zap.Logger) error {
 	cmd := successor()
 	if cmd == nil {
-		return errors.New("zerodrop: Options.Successor returned no command")
+		return errors.New("zerodrop: Config.Successor returned no command")
 	}
 	// Under systemd the successor is systemd's child (see
 	// systemd.StartSuccessor): systemd waits for it at the next stop.

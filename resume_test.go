@@ -42,12 +42,14 @@ func resumeMain() {
 	}
 	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
 	rep, err := zerodrop.Serve(context.Background(), srv, []string{os.Getenv("ZD_ADDR")}, zerodrop.Options{
-		Handoff:         handoff.Config{Path: os.Getenv("ZD_SOCK")},
-		Successor:       zerodrop.ReExec,
-		Grace:           10 * time.Second,
+		Config: zerodrop.Config{
+			Handoff:   handoff.Config{Path: os.Getenv("ZD_SOCK")},
+			Successor: zerodrop.ReExec,
+			Grace:     10 * time.Second,
+			OnServing: func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },
+		},
 		NoTicketHandoff: os.Getenv("ZD_NO_TICKETS") != "",
 		TLSHandoff:      os.Getenv("ZD_TLS_HANDOFF") != "",
-		OnServing:       func(gen uint64, addrs []net.Addr) { fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0]) },
 	})
 	if err != nil {
 		fmt.Printf("error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))

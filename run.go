@@ -16,7 +16,7 @@ type Service interface {
 	// a listener stopped serving on its own (the generation then stops). An
 	// error means the generation must not serve (Run stops the Service).
 	Start(g *Generation) (served <-chan error, err error)
-	// Stop drains everything Start served, delay first (Options.Delay for a
+	// Stop drains everything Start served, delay first (Config.Delay for a
 	// stop by signal or ctx, 0 once a successor took over), bounded by ctx.
 	Stop(ctx context.Context, cause string, delay time.Duration) error
 }
@@ -34,7 +34,7 @@ type ReadyService interface {
 // goes through: OnListen; Start; Ready (the predecessor stops, systemd is
 // told), s's Serving if it is a ReadyService, OnServing; Wait (upgrade signals start successors) until the
 // generation must stop; Stopping; Stop, bounded by the stop's delay plus
-// Options.Grace; Linger. It returns why the generation stopped and what
+// Config.Grace; Linger. It returns why the generation stopped and what
 // failed. Start failing stops s with cause "start failed", Ready with
 // "ready failed" (the predecessor serves on: a drain releases the sockets
 // it shares), and a listener that stopped serving with "serve failed".
@@ -42,12 +42,12 @@ type ReadyService interface {
 func (g *Generation) Run(ctx context.Context, s Service, status string) (cause string, err error) {
 	stop := func(cause string, delay time.Duration) error {
 		g.Stopping(cause)
-		dctx, cancel := context.WithTimeout(context.Background(), delay+orDefaultDuration(g.opts.Grace, 30*time.Second))
+		dctx, cancel := context.WithTimeout(context.Background(), delay+orDefaultDuration(g.cfg.Grace, 30*time.Second))
 		defer cancel()
 		return s.Stop(dctx, cause, delay)
 	}
-	if g.opts.OnListen != nil {
-		g.opts.OnListen(g.Number(), g.Addrs())
+	if g.cfg.OnListen != nil {
+		g.cfg.OnListen(g.Number(), g.Addrs())
 	}
 	served, err := s.Start(g)
 	if err != nil {
@@ -61,8 +61,8 @@ func (g *Generation) Run(ctx context.Context, s Service, status string) (cause s
 			return "serve failed", errors.Join(fmt.Errorf("zerodrop: serve: %w", err), stop("serve failed", 0))
 		}
 	}
-	if g.opts.OnServing != nil {
-		g.opts.OnServing(g.Number(), g.Addrs())
+	if g.cfg.OnServing != nil {
+		g.cfg.OnServing(g.Number(), g.Addrs())
 	}
 	cause, delay, err := g.Wait(ctx, served)
 	if err != nil {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -15,62 +13,32 @@ import (
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/handoff/systemd"
+	"github.com/zerodrop/zerodrop/internal/httpserver"
 	"github.com/zerodrop/zerodrop/ticket"
 	"go.uber.org/zap"
 )
 
-// Options configures Serve, and Open (a Generation) for a server of another
-// kind. The zero value serves fresh (or socket-activated) listeners without
-// a handoff, stops on SIGTERM or SIGINT, and starts no successor. Each knob
-// of the packages below keeps its one name there: Handoff is a
-// handoff.Config, and Drain reaches every field of each listener's
-// drain.Server.
+// Options configures Serve: the generation (Config, the same as Open's,
+// grpcdrain.Serve's and quicdrain.Serve's) and what only an http.Server
+// has: readiness on a path, each listener's drain.Server, connection and
+// session-ticket handoff, a pool of siblings. Each knob of the packages
+// below keeps its one name there: Drain reaches every field of each
+// listener's drain.Server. The zero value is Config's.
 type Options struct {
-	// Handoff configures the handoff (package handoff): with Handoff.Path
-	// set (a path in a directory nobody else can write, or "@name" in the
-	// abstract namespace), a process started with the same Path inherits
-	// our listeners, and we drain once it is ready; an empty Path means no
-	// handoff. Handoff.Listen and Handoff.WarnOnMismatch configure every
-	// listener, with or without a handoff (they are the socket table's:
-	// package sockets); a nil Handoff.Logger is Logger. With Path set and
-	// Listen.Migration left at its zero value, the tcp_migrate_req check is
-	// off: a handoff needs no migration (a reuseport pool that rolls by
-	// stopping members should set its own policy). Handoff.TicketKeys: see
-	// Serve; set them for a server Serve does not run (Open, package
-	// grpcdrain) and install them yourself (ticket.Keys.Install).
-	Handoff handoff.Config
+	// Config configures the generation, as for Open.
+	Config
 	// Drain, if set, is called with each listener's drain.Server (and the
 	// listener's name, its address as given) before it serves, to set what
 	// Serve leaves at drain's defaults: CloseSpread, IdleGrace,
 	// NewConnGrace, HandOverGrace, Hijacked, OnReport, and Listener (the
 	// listener's stop: StepOut, Steerer, CloseTimeout). Serve sets HTTP,
 	// Logger and HandOver (connection handoff) first; Delay is set at the
-	// stop (Options.Delay, or 0 when a successor took over).
+	// stop (Config.Delay, or 0 when a successor took over).
 	Drain func(name string, s *drain.Server)
-	// Signals stop this generation; default SIGTERM and SIGINT.
-	// UpgradeSignals start a successor (Successor) when Handoff.Path and
-	// Successor are set; default SIGHUP. NoSignals installs no signal
-	// handler at all: ctx stops the generation, and Generation.Upgrade
-	// starts a successor.
-	UpgradeSignals, Signals []os.Signal
-	NoSignals               bool
-	// Successor returns the command that starts the next generation (not
-	// started yet): ReExec for this executable again, with our arguments,
-	// environment, stdout and stderr. Nil means no upgrade signal is
-	// installed: a binary that runs itself in other roles is never
-	// re-executed unasked. Under systemd it is started as systemd's child
-	// (systemd.StartSuccessor), so that systemd waits for its drain at the
-	// next stop.
-	Successor func() *exec.Cmd
 	// ReadyPath, if set, answers readiness on that path of every listener
 	// (drain.Server.Ready: 200 while serving, 503 once the stop began)
 	// before srv's handler sees the request.
 	ReadyPath string
-	// Delay keeps serving, with readiness failing, this long after a
-	// signal or ctx stops us, so that load balancers notice (drain.Server.Delay).
-	// A stop because a successor took over has no delay: it serves the same
-	// sockets.
-	Delay time.Duration
 	// NoConnHandoff, with Handoff set, closes our keep-alive connections
 	// at a handoff as a plain stop does, instead of passing them to the
 	// successor. By default every plain HTTP/1.1 connection goes to the
@@ -103,17 +71,6 @@ type Options struct {
 	// for a TLSConfig whose tickets are managed
 	// elsewhere (keys a fleet shares, set with SetSessionTicketKeys).
 	NoTicketHandoff bool
-	// Grace bounds the drain; default 30 s.
-	Grace time.Duration
-	// Logger receives what Serve does, and is given to handoff and drain; nil
-	// means no logging.
-	Logger *zap.Logger
-	// OnListen, if set, is called once every listener is open, before any is
-	// served (a handler that names the generation learns it here).
-	OnListen func(generation uint64, addrs []net.Addr)
-	// OnServing, if set, is called once every listener is served and the
-	// predecessor (if any) and systemd (if it runs us) were told we are ready.
-	OnServing func(generation uint64, addrs []net.Addr)
 }
 
 // Report says how a generation ended.
@@ -168,7 +125,7 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts Options) 
 		return nil, err
 	}
 	defer closeKeys()
-	gen, err := Open(ctx, addrs, opts)
+	gen, err := Open(ctx, addrs, opts.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +285,7 @@ func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) (
 	for i := range hs {
 		hs[i] = srv
 		if i > 0 {
-			hs[i] = copyServer(srv)
+			hs[i] = httpserver.Copy(srv)
 		}
 	}
 	for i, l := range g.lns {
@@ -391,18 +348,6 @@ func drainAll(ctx context.Context, servers []*drain.Server, served *serveResult,
 	wg.Wait()
 	served.wg.Wait()
 	return reps, errors.Join(errs...)
-}
-
-// copyServer copies the exported fields of an http.Server that configure
-// serving.
-func copyServer(s *http.Server) *http.Server {
-	return &http.Server{
-		Handler: s.Handler, DisableGeneralOptionsHandler: s.DisableGeneralOptionsHandler, TLSConfig: s.TLSConfig,
-		ReadTimeout: s.ReadTimeout, ReadHeaderTimeout: s.ReadHeaderTimeout, WriteTimeout: s.WriteTimeout,
-		IdleTimeout: s.IdleTimeout, MaxHeaderBytes: s.MaxHeaderBytes, TLSNextProto: s.TLSNextProto,
-		ConnState: s.ConnState, ErrorLog: s.ErrorLog, BaseContext: s.BaseContext, ConnContext: s.ConnContext,
-		HTTP2: s.HTTP2, Protocols: s.Protocols,
-	}
 }
 
 func orDefaultDuration(d, def time.Duration) time.Duration {

@@ -65,27 +65,29 @@ func generationMain() {
 	}
 	spread, _ := time.ParseDuration(os.Getenv("ZD_CLOSE_SPREAD"))
 	rep, err := zerodrop.Serve(context.Background(), srv, []string{os.Getenv("ZD_ADDR")}, zerodrop.Options{
+		Config: zerodrop.Config{
+			Handoff:   handoff.Config{Path: os.Getenv("ZD_SOCK"), PIDFile: os.Getenv("ZD_PIDFILE")},
+			Successor: zerodrop.ReExec,
+			Grace:     10 * time.Second,
+			OnListen: func(gen uint64, _ []net.Addr) {
+				if gen > 1 && os.Getenv("ZD_BREAK_PIDFILE") != "" {
+					os.RemoveAll(filepath.Dir(os.Getenv("ZD_PIDFILE")))
+				}
+				if gen > 1 && os.Getenv("ZD_TERM_PRED") == "listen" {
+					syscall.Kill(os.Getppid(), syscall.SIGTERM)
+				}
+			},
+			OnServing: func(gen uint64, addrs []net.Addr) {
+				fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0])
+				if gen > 1 && os.Getenv("ZD_TERM_PRED") == "serving" {
+					syscall.Kill(os.Getppid(), syscall.SIGTERM)
+				}
+			},
+		},
 		Drain:         func(_ string, s *drain.Server) { s.CloseSpread = spread },
-		Handoff:       handoff.Config{Path: os.Getenv("ZD_SOCK"), PIDFile: os.Getenv("ZD_PIDFILE")},
-		Successor:     zerodrop.ReExec,
 		ReadyPath:     "/ready",
-		Grace:         10 * time.Second,
 		NoConnHandoff: os.Getenv("ZD_NO_CONN_HANDOFF") != "",
 		Pool:          os.Getenv("ZD_POOL"),
-		OnListen: func(gen uint64, _ []net.Addr) {
-			if gen > 1 && os.Getenv("ZD_BREAK_PIDFILE") != "" {
-				os.RemoveAll(filepath.Dir(os.Getenv("ZD_PIDFILE")))
-			}
-			if gen > 1 && os.Getenv("ZD_TERM_PRED") == "listen" {
-				syscall.Kill(os.Getppid(), syscall.SIGTERM)
-			}
-		},
-		OnServing: func(gen uint64, addrs []net.Addr) {
-			fmt.Printf("serving %d %d %s\n", gen, os.Getpid(), addrs[0])
-			if gen > 1 && os.Getenv("ZD_TERM_PRED") == "serving" {
-				syscall.Kill(os.Getppid(), syscall.SIGTERM)
-			}
-		},
 	})
 	if rep != nil && len(rep.Drains) > 0 && rep.Drains[0] != nil {
 		d := rep.Drains[0]
@@ -414,7 +416,7 @@ func TestServeBadInput(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ip *handoff.InsecurePathError
-		if _, err := zerodrop.Serve(ctx, srv, []string{"127.0.0.1:0"}, zerodrop.Options{Handoff: handoff.Config{Path: filepath.Join(dir, "h.sock")}}); !errors.As(err, &ip) {
+		if _, err := zerodrop.Serve(ctx, srv, []string{"127.0.0.1:0"}, zerodrop.Options{Config: zerodrop.Config{Handoff: handoff.Config{Path: filepath.Join(dir, "h.sock")}}}); !errors.As(err, &ip) {
 			t.Errorf("handoff socket in a world-writable directory: %v, want *handoff.InsecurePathError", err)
 		}
 	})
@@ -449,7 +451,7 @@ func serveHijacked(t *testing.T, set bool) {
 	})}
 	var notified atomic.Int32
 	served := make(chan []net.Addr, 1)
-	opts := zerodrop.Options{Grace: 5 * time.Second, OnServing: func(_ uint64, addrs []net.Addr) { served <- addrs }}
+	opts := zerodrop.Options{Config: zerodrop.Config{Grace: 5 * time.Second, OnServing: func(_ uint64, addrs []net.Addr) { served <- addrs }}}
 	if set {
 		opts.Drain = func(_ string, s *drain.Server) {
 			s.Hijacked = func(c net.Conn) {

@@ -28,10 +28,10 @@ func signalsMain() {
 		fmt.Printf("error %v\n", err)
 		os.Exit(1)
 	}
-	opts := zerodrop.Options{Handoff: handoff.Config{Path: os.Getenv("ZD_SOCK")}, NoSignals: os.Getenv("ZD_NOSIGNALS") != ""}
+	cfg := zerodrop.Config{Handoff: handoff.Config{Path: os.Getenv("ZD_SOCK")}, NoSignals: os.Getenv("ZD_NOSIGNALS") != ""}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	g, err := zerodrop.Open(ctx, []string{"127.0.0.1:0"}, opts)
+	g, err := zerodrop.Open(ctx, []string{"127.0.0.1:0"}, cfg)
 	if err != nil {
 		fmt.Printf("error %v\n", err)
 		os.Exit(1)
@@ -107,11 +107,11 @@ func TestUpgradeWithoutSignals(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
 		var started atomic.Int32
-		opts := zerodrop.Options{Handoff: handoff.Config{Path: filepath.Join(t.TempDir(), "h.sock")}, NoSignals: true,
+		cfg := zerodrop.Config{Handoff: handoff.Config{Path: filepath.Join(t.TempDir(), "h.sock")}, NoSignals: true,
 			Successor: func() *exec.Cmd { started.Add(1); return exec.Command("true") }}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		g, err := zerodrop.Open(ctx, []string{"127.0.0.1:0"}, opts)
+		g, err := zerodrop.Open(ctx, []string{"127.0.0.1:0"}, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ func TestUpgradeWithoutSignals(t *testing.T) {
 		if cause := <-done; cause != context.Canceled.Error() {
 			t.Errorf("Wait: %q, want %q", cause, context.Canceled.Error())
 		}
-		g2, err := zerodrop.Open(context.Background(), []string{"127.0.0.1:0"}, zerodrop.Options{NoSignals: true})
+		g2, err := zerodrop.Open(context.Background(), []string{"127.0.0.1:0"}, zerodrop.Config{NoSignals: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,17 +22,17 @@ import (
 
 // tableMain opens a Generation on ZD_ADDR as a socket-activated service
 // (LISTEN_PID set here, as systemd sets it between fork and exec), through
-// handoff when ZD_SOCK is set, and with Options.Handoff.Listen asking for
+// handoff when ZD_SOCK is set, and with Config.Handoff.Listen asking for
 // TCP_DEFER_ACCEPT when ZD_MISMATCH is set (systemd's socket has none). It
 // prints "table <type of the listener> <errors.Is(err,
 // reuseport.ErrOptionMismatch)> <the ownership mark of its socket>".
 func tableMain() {
 	os.Setenv("LISTEN_PID", strconv.Itoa(os.Getpid()))
-	opts := zerodrop.Options{Handoff: handoff.Config{Path: os.Getenv("ZD_SOCK")}, NoSignals: true}
+	cfg := zerodrop.Config{Handoff: handoff.Config{Path: os.Getenv("ZD_SOCK")}, NoSignals: true}
 	if os.Getenv("ZD_MISMATCH") != "" {
-		opts.Handoff.Listen.Options.DeferAccept = time.Second
+		cfg.Handoff.Listen.Options.DeferAccept = time.Second
 	}
-	g, err := zerodrop.Open(context.Background(), []string{os.Getenv("ZD_ADDR")}, opts)
+	g, err := zerodrop.Open(context.Background(), []string{os.Getenv("ZD_ADDR")}, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		fmt.Printf("table - %t -\n", errors.Is(err, reuseport.ErrOptionMismatch))
@@ -53,7 +53,7 @@ func tableMain() {
 
 // TestActivatedSocketOnePath: one systemd-activated socket opened by
 // zerodrop.Open with and without handoff gets the same checks (options that
-// differ from Options.Handoff.Listen fail with reuseport.ErrOptionMismatch), the
+// differ from Config.Handoff.Listen fail with reuseport.ErrOptionMismatch), the
 // same type (*reuseport.Listener) and the same ownership mark (held by
 // systemd, so that a drain never shuts it down). Before the socket table,
 // the path without handoff returned a *net.TCPListener and did not mark the

@@ -16,7 +16,7 @@ import (
 // memory, as it holds a stored socket.
 
 // restoreTickets imports the keys systemd passed back from the fd store into
-// Options.Handoff.TicketKeys, when this generation has no predecessor (one that had
+// Config.Handoff.TicketKeys, when this generation has no predecessor (one that had
 // hands its keys over, newer than the store's). A memfd that does not import
 // is logged and the keys stay fresh: clients do a full handshake, as without
 // the store. Without TicketKeys, a stored memfd is dropped from the store.
@@ -30,7 +30,7 @@ func (g *Generation) restoreTickets() {
 		return
 	}
 	defer f.Close()
-	keys := g.opts.Handoff.TicketKeys
+	keys := g.cfg.Handoff.TicketKeys
 	switch {
 	case keys == nil:
 		n := systemd.FromEnv()
@@ -50,13 +50,13 @@ func (g *Generation) restoreTickets() {
 	}
 }
 
-// storeTickets puts the keys of Options.Handoff.TicketKeys, as a sealed memfd, in
+// storeTickets puts the keys of Config.Handoff.TicketKeys, as a sealed memfd, in
 // systemd's fd store, in place of those stored before (FDSTOREREMOVE=1, then
 // FDSTORE=1: each Export is a new file, which systemd would keep beside the
 // old one). Outside systemd, or without TicketKeys, it does nothing; a
 // failure is logged (the service serves on; its next start draws fresh keys).
 func (g *Generation) storeTickets() {
-	n, keys := systemd.FromEnv(), g.opts.Handoff.TicketKeys
+	n, keys := systemd.FromEnv(), g.cfg.Handoff.TicketKeys
 	if n == nil || keys == nil {
 		return
 	}

@@ -30,9 +30,11 @@ func Example_tour() {
 	// successor serves, or on SIGTERM; report.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	rep, err := zerodrop.Serve(ctx, srv, []string{":8080"}, zerodrop.Options{
-		Handoff:   handoff.Config{Path: "/run/myapp/handoff.sock"}, // its directory: writable by us only
-		Successor: zerodrop.ReExec,                                 // SIGHUP starts this executable again
-		ReadyPath: "/ready",                                        // 200 while serving, 503 once draining
+		Config: zerodrop.Config{
+			Handoff:   handoff.Config{Path: "/run/myapp/handoff.sock"}, // its directory: writable by us only
+			Successor: zerodrop.ReExec,                                 // SIGHUP starts this executable again
+		},
+		ReadyPath: "/ready", // 200 while serving, 503 once draining
 	})
 	if err != nil {
 		log.Fatal(err)

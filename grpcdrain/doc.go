@@ -41,9 +41,12 @@
 // listeners inherited through handoff, else activated by systemd, else
 // fresh reuseport sockets; readiness told to the predecessor and systemd;
 // an upgrade signal starts a successor; the drain runs when the successor
-// is ready, on a stop signal or when ctx ends. It takes zerodrop.Options.
-// zerodrop.Serve has no hook to serve something else than an http.Server,
-// hence this copy of its composition.
+// is ready, on a stop signal or when ctx ends. It is built on
+// zerodrop.Open and Generation.Run, as zerodrop.Serve is, with a
+// zerodrop.Service that serves the Server, and takes a zerodrop.Config:
+// zerodrop.Options' HTTP fields (ReadyPath, Drain, NoConnHandoff,
+// TLSHandoff, Pool, NoTicketHandoff) are not in that type, so the compiler
+// refuses what gRPC cannot do.
 //
 // A client that checks health on its own connections (a grpc-go
 // healthCheckConfig) sees NOT_SERVING from the start of the drain, also
@@ -58,7 +61,7 @@
 // zerodrop.Serve does for an http.Server's TLSConfig; the caller does, and
 // Serve carries them: make ticket.New keys, Install them into the
 // tls.Config before credentials.NewTLS takes it (the clone shares their
-// hooks), and set zerodrop.Options.Handoff.TicketKeys. Serve then hands them to the
+// hooks), and set zerodrop.Config.Handoff.TicketKeys. Serve then hands them to the
 // successor with the sockets (handoff.Config.TicketKeys) and, under
 // systemd, keeps them in its fd store for a restart (zerodrop.Generation),
 // so that a client reconnecting after a restart resumes its session

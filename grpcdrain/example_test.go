@@ -61,7 +61,7 @@ func Example() {
 func ExampleServe() {
 	s := grpcdrain.New(grpcdrain.Config{})
 	// Register your services on s.GRPC() here.
-	rep, err := grpcdrain.Serve(context.Background(), s, []string{"127.0.0.1:50051"}, zerodrop.Options{
+	rep, err := grpcdrain.Serve(context.Background(), s, []string{"127.0.0.1:50051"}, zerodrop.Config{
 		Handoff:   handoff.Config{Path: "/run/myservice/handoff.sock"},
 		Successor: zerodrop.ReExec, // SIGHUP starts this executable again
 		Delay:     5 * time.Second, // health answers NOT_SERVING meanwhile (not after a handoff)

@@ -34,7 +34,7 @@ func generationMain() {
 	s := grpcdrain.New(grpcdrain.Config{})
 	s.GRPC().RegisterService(&echoDesc, struct{}{})
 	s.Health().SetServingStatus(svcName, healthpb.HealthCheckResponse_SERVING)
-	rep, err := grpcdrain.Serve(context.Background(), s, []string{os.Getenv("ZD_ADDR")}, zerodrop.Options{
+	rep, err := grpcdrain.Serve(context.Background(), s, []string{os.Getenv("ZD_ADDR")}, zerodrop.Config{
 		Handoff:   handoff.Config{Path: os.Getenv("ZD_SOCK")},
 		Successor: zerodrop.ReExec,
 		Grace:     10 * time.Second,

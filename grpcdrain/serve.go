@@ -20,35 +20,39 @@ type ServeReport struct {
 // CauseSuccessor is ServeReport.Cause when a successor took over.
 const CauseSuccessor = zerodrop.CauseSuccessor
 
+// ErrNoServer is returned by Serve when it is given a nil Server.
+var ErrNoServer = errors.New("grpcdrain: no Server to serve")
+
 // Serve runs s as one generation of a service on the TCP addresses given,
 // as zerodrop.Serve runs an http.Server: it takes each listener from the
-// predecessor on opts.Handoff.Path, else from systemd socket activation, else
+// predecessor on cfg.Handoff.Path, else from systemd socket activation, else
 // creates a fresh reuseport socket; serves them all through s; tells the
 // predecessor and systemd it is ready; then waits. An upgrade signal
 // (default SIGHUP) starts a successor. It stops when the successor is
 // ready (without Delay: the successor serves the same sockets), on a stop
 // signal (default SIGTERM, SIGINT) or when ctx ends (with Delay), drains s
-// (Server.Shutdown, bounded by opts.Delay + opts.Grace) and returns the
+// (Server.Shutdown, bounded by cfg.Delay + cfg.Grace) and returns the
 // report.
 //
-// opts is zerodrop.Options; ReadyPath does not apply (the health service
-// is the readiness: see Server.Health) and must be empty, and so must the
-// HTTP ones (Drain, NoConnHandoff, Pool): s's Config.OnReport gets the
-// report. opts.Delay replaces s's Config.Delay for the stops that have one.
-// Serve installs signal handlers for its duration, as zerodrop.Serve does
-// (see Options.NoSignals).
-func Serve(ctx context.Context, s *Server, addrs []string, opts zerodrop.Options) (*ServeReport, error) {
+// cfg is the zerodrop.Config that Open takes, not zerodrop.Options: the
+// HTTP fields of Options (ReadyPath, Drain, NoConnHandoff, TLSHandoff,
+// Pool, NoTicketHandoff) have no meaning for a gRPC server, so they cannot
+// be set. The health service is the readiness (Server.Health), s's
+// Config.OnReport gets the report, a gRPC connection is never handed over
+// (each gets the two-step GOAWAY), and session-ticket keys are the
+// caller's to install (see the package doc). cfg.Delay replaces s's
+// Config.Delay for the stops that have one. Serve installs signal handlers
+// for its duration, as zerodrop.Serve does (see Config.NoSignals). It
+// returns ErrNoServer for a nil s and zerodrop.ErrNoAddress without an
+// address.
+func Serve(ctx context.Context, s *Server, addrs []string, cfg zerodrop.Config) (*ServeReport, error) {
 	switch {
 	case s == nil:
-		return nil, errors.New("grpcdrain: nil Server")
+		return nil, ErrNoServer
 	case len(addrs) == 0:
 		return nil, zerodrop.ErrNoAddress
-	case opts.ReadyPath != "":
-		return nil, errors.New("grpcdrain: Options.ReadyPath does not apply to gRPC (the health service answers)")
-	case opts.Drain != nil, opts.NoConnHandoff, opts.Pool != "":
-		return nil, errors.New("grpcdrain: Options.Drain, NoConnHandoff and Pool are for HTTP servers (a gRPC connection cannot be handed over)")
 	}
-	g, err := zerodrop.Open(ctx, addrs, opts)
+	g, err := zerodrop.Open(ctx, addrs, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -53,7 +53,7 @@ var resumeDesc = grpc.ServiceDesc{
 // certificate in ZD_CERT and ZD_KEY) built on grpcdrain.Serve with the
 // handoff socket ZD_SOCK: its session-ticket keys are installed into the
 // tls.Config before grpc's credentials take it, and given to Serve
-// (Options.Handoff.TicketKeys), unless ZD_NO_TICKETS is set. It prints "serving
+// (Config.Handoff.TicketKeys), unless ZD_NO_TICKETS is set. It prints "serving
 // <generation> <pid> <addr>" and "report <generation> <cause>".
 func tlsGenerationMain() {
 	cert, err := tls.LoadX509KeyPair(os.Getenv("ZD_CERT"), os.Getenv("ZD_KEY"))
@@ -62,7 +62,7 @@ func tlsGenerationMain() {
 		os.Exit(1)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}}
-	opts := zerodrop.Options{
+	opts := zerodrop.Config{
 		Handoff:   handoff.Config{Path: os.Getenv("ZD_SOCK")},
 		Successor: zerodrop.ReExec,
 		Grace:     10 * time.Second,

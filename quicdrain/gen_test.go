@@ -125,12 +125,12 @@ func h3gen() error {
 
 // serve is the generation run by quicdrain.Serve: HTTP/1 and HTTP/2 over
 // TCP and HTTP/3 over UDP on the same port; SIGHUP starts the successor
-// (zerodrop.Options.Successor).
+// (zerodrop.Config.Successor).
 func serve(ctx context.Context, srv *http3.Server, gen *atomic.Uint64) error {
 	hs := &http.Server{Handler: srv.Handler, TLSConfig: srv.TLSConfig.Clone()}
 	hs.TLSConfig.NextProtos = nil
 	rep, err := quicdrain.Serve(ctx, hs, []string{os.Getenv(envAddr)}, quicdrain.ServeOptions{
-		Options: zerodrop.Options{Grace: grace,
+		Config: zerodrop.Config{Grace: grace,
 			Handoff: handoff.Config{Path: os.Getenv(envHandoff), Listen: reuseport.Config{Options: reuseport.Options{RecvBuffer: 2 << 20}}},
 			Successor: func() *exec.Cmd {
 				cmd := exec.Command(os.Args[0], os.Args[1:]...)
@@ -141,8 +141,8 @@ func serve(ctx context.Context, srv *http3.Server, gen *atomic.Uint64) error {
 			OnServing: func(g uint64, _ []net.Addr) {
 				fmt.Printf("ready %d %d\n", g, os.Getpid())
 			}},
-		Config: quicdrain.Config{Dir: os.Getenv(envDir), HandoverTimeout: handoverTimeout},
-		QUIC:   srv.QUICConfig,
+		Gen:  quicdrain.Config{Dir: os.Getenv(envDir), HandoverTimeout: handoverTimeout},
+		QUIC: srv.QUICConfig,
 	})
 	if err != nil {
 		return err

@@ -14,17 +14,23 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	"github.com/zerodrop/zerodrop"
 	"github.com/zerodrop/zerodrop/drain"
+	"github.com/zerodrop/zerodrop/internal/httpserver"
 )
 
-// ServeOptions configures Serve.
+// ServeOptions configures Serve. Of zerodrop.Options' HTTP fields it has
+// only Drain: Serve hands over neither TCP connections nor session-ticket
+// keys, has no pool and no readiness path, so those cannot be set.
 type ServeOptions struct {
-	// Options configures the generation (zerodrop.Open) and the TCP
-	// drains: Serve reads Handoff (required), Grace, Delay, Logger,
-	// OnReport, OnListen, OnServing and what Open reads.
-	zerodrop.Options
-	// Config configures each address's QUIC generation (Dir is required;
+	// Config configures the generation (zerodrop.Open and Run; Handoff.Path
+	// is required) and the TCP drains (Delay, Grace, Logger).
+	zerodrop.Config
+	// Drain, if set, is called with each TCP listener's drain.Server (and
+	// the listener's name, its address as given) before it serves, as
+	// zerodrop.Options.Drain is.
+	Drain func(name string, s *drain.Server)
+	// Gen configures each address's QUIC generation (Dir is required;
 	// Name is suffixed with the address's index).
-	Config Config
+	Gen Config
 	// QUIC configures the QUIC connections (http3.Server.QUICConfig).
 	QUIC *quic.Config
 	// AltSvcMaxAge is the ma of the Alt-Svc header the TCP servers send;
@@ -45,7 +51,7 @@ type ServeReport struct {
 
 // ErrNoHandoff is returned by Serve without ServeOptions.Handoff.Path: the UDP
 // socket goes from generation to generation through the handoff.
-var ErrNoHandoff = errors.New("quicdrain: Serve needs Options.Handoff.Path")
+var ErrNoHandoff = errors.New("quicdrain: Serve needs Config.Handoff.Path")
 
 // ErrNoTLS is returned by Serve for a server without a TLSConfig: HTTP/3
 // has no clear-text form.
@@ -56,15 +62,17 @@ var ErrNoTLS = errors.New("quicdrain: Serve needs srv.TLSConfig")
 // the same port number (HTTP/3, by ServeHTTP3 on a Gen): the TCP responses
 // carry an Alt-Svc header that advertises HTTP/3 on that port. The TCP
 // listeners come from zerodrop.Open, the UDP socket from the same handoff
-// Upgrader, so a successor started on SIGHUP (Options.UpgradeSignals)
+// Upgrader, so a successor started on SIGHUP (Config.UpgradeSignals)
 // takes both. Serve returns once the generation stopped: at a successor's
 // ready (HTTP3.Shutdown hands the QUIC clients over, TCP drains as
 // zerodrop.Serve's do), a stop signal or the end of ctx (both drain,
-// bounded by Options.Grace, default 30 s).
+// bounded by Config.Grace, default 30 s).
 //
 // srv.Handler serves both; Serve wraps it, for TCP only, to add Alt-Svc.
+// Each TCP listener is served by a copy of srv's exported fields (srv
+// itself is never served, so its hooks are never wrapped).
 // Unlike zerodrop.Serve, Serve does not hand over TLS session-ticket keys
-// or TCP connections, and has no pool.
+// or TCP connections, and has no pool or readiness path (see ServeOptions).
 func Serve(ctx context.Context, srv *http.Server, addrs []string, opts ServeOptions) (*ServeReport, error) {
 	switch {
 	case srv == nil:
@@ -74,7 +82,7 @@ func Serve(ctx context.Context, srv *http.Server, addrs []string, opts ServeOpti
 	case opts.Handoff.Path == "":
 		return nil, ErrNoHandoff
 	}
-	gen, err := zerodrop.Open(ctx, addrs, opts.Options)
+	gen, err := zerodrop.Open(ctx, addrs, opts.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +155,7 @@ func (s *served) listen(ctx context.Context, gen *zerodrop.Generation, srv *http
 			return err
 		}
 		udpAddr := net.JoinHostPort(host, fmt.Sprint(tcp.Port)) // the port Open bound, if addrs[i] asked for any
-		cfg := opts.Config
+		cfg := opts.Gen
 		cfg.Name = fmt.Sprintf("%s%d", orString(cfg.Name, "quic"), i)
 		if cfg.Logger == nil {
 			cfg.Logger = opts.Logger
@@ -162,9 +170,8 @@ func (s *served) listen(ctx context.Context, gen *zerodrop.Generation, srv *http
 			return err
 		}
 		s.h3 = append(s.h3, h3)
-		hs := &http.Server{Handler: altSvc(srv.Handler, tcp.Port, maxAge), TLSConfig: srv.TLSConfig, ReadTimeout: srv.ReadTimeout,
-			ReadHeaderTimeout: srv.ReadHeaderTimeout, WriteTimeout: srv.WriteTimeout, IdleTimeout: srv.IdleTimeout,
-			MaxHeaderBytes: srv.MaxHeaderBytes, ErrorLog: srv.ErrorLog, BaseContext: srv.BaseContext, ConnContext: srv.ConnContext}
+		hs := httpserver.Copy(srv)
+		hs.Handler = altSvc(srv.Handler, tcp.Port, maxAge)
 		ds := &drain.Server{HTTP: hs, Logger: opts.Logger}
 		if opts.Drain != nil {
 			opts.Drain(addrs[len(s.tcp)], ds)

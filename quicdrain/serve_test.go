@@ -11,11 +11,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quic-go/quic-go/http3"
 	"github.com/zerodrop/zerodrop"
+	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/handoff"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	quicdrain "github.com/zerodrop/zerodrop/quicdrain"
@@ -25,7 +27,9 @@ import (
 // client over TCP (HTTP/2) finds Alt-Svc naming the port Open bound,
 // quic-go's http3 client then reaches the same handler over UDP on that
 // port; at the end of ctx both drain and the report says so, and no fd or
-// goroutine is left.
+// goroutine is left. The TCP server is a copy of srv's configuration: srv's
+// ConnState hook sees its connection, and ServeOptions.Drain is called
+// with its drain.Server.
 func TestServeAltSvc(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
@@ -35,13 +39,20 @@ func TestServeAltSvc(t *testing.T) {
 		if err := os.Mkdir(fwd, 0o700); err != nil {
 			t.Fatal(err)
 		}
+		var conns atomic.Int32
 		srv := &http.Server{
 			TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert.TLS}},
+			ConnState: func(_ net.Conn, s http.ConnState) {
+				if s == http.StateNew {
+					conns.Add(1)
+				}
+			},
 			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				fmt.Fprint(w, r.Proto)
 			}),
 		}
 		addrc := make(chan net.Addr, 1)
+		drained := make(chan string, 2)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		type result struct {
@@ -51,9 +62,10 @@ func TestServeAltSvc(t *testing.T) {
 		done := make(chan result, 1)
 		go func() {
 			rep, err := quicdrain.Serve(ctx, srv, []string{"127.0.0.1:0"}, quicdrain.ServeOptions{
-				Options: zerodrop.Options{Handoff: handoff.Config{Path: filepath.Join(dir, "handoff.sock")}, Grace: 10 * time.Second,
+				Config: zerodrop.Config{Handoff: handoff.Config{Path: filepath.Join(dir, "handoff.sock")}, Grace: 10 * time.Second,
 					OnServing: func(_ uint64, addrs []net.Addr) { addrc <- addrs[0] }},
-				Config: quicdrain.Config{Dir: fwd},
+				Drain: func(name string, _ *drain.Server) { drained <- name },
+				Gen:   quicdrain.Config{Dir: fwd},
 			})
 			done <- result{rep, err}
 		}()
@@ -64,6 +76,9 @@ func TestServeAltSvc(t *testing.T) {
 			t.Fatalf("Serve: %v", r.err)
 		case <-time.After(60 * time.Second):
 			t.Fatal("not serving within 60 s")
+		}
+		if n := len(drained); n != 1 || <-drained != "127.0.0.1:0" {
+			t.Errorf("ServeOptions.Drain called %d times, want once, for the TCP listener 127.0.0.1:0", n)
 		}
 		tcp := &http.Client{Transport: &http.Transport{TLSClientConfig: cert.Client("h2"), ForceAttemptHTTP2: true}, Timeout: 30 * time.Second}
 		defer tcp.CloseIdleConnections()
@@ -77,6 +92,9 @@ func TestServeAltSvc(t *testing.T) {
 		m := regexp.MustCompile(`^h3=":(\d+)"; ma=86400$`).FindStringSubmatch(alt)
 		if string(body) != "HTTP/2.0" || m == nil || m[1] != fmt.Sprint(addr.(*net.TCPAddr).Port) {
 			t.Fatalf("over TCP: %q, Alt-Svc %q; want HTTP/2.0 and h3 on port %d", body, alt, addr.(*net.TCPAddr).Port)
+		}
+		if n := conns.Load(); n != 1 {
+			t.Errorf("srv.ConnState saw %d new connections, want 1 (the TCP server must carry srv's configuration)", n)
 		}
 		tr := &http3.Transport{TLSClientConfig: cert.Client(http3.NextProtoH3)}
 		defer tr.Close()

@@ -65,7 +65,7 @@ func run(addr, socket string, grace time.Duration) error {
 	s := grpcdrain.New(grpcdrain.Config{})
 	s.GRPC().RegisterService(generationService(&gen), struct{}{})
 	s.Health().SetServingStatus("zerodrop.example.Generation", healthpb.HealthCheckResponse_SERVING)
-	rep, err := grpcdrain.Serve(context.Background(), s, []string{addr}, zerodrop.Options{
+	rep, err := grpcdrain.Serve(context.Background(), s, []string{addr}, zerodrop.Config{
 		Handoff:   handoff.Config{Path: socket, PIDFile: filepath.Join(dir, "grpc.pid")},
 		Grace:     grace,
 		Successor: successor,

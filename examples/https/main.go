@@ -92,7 +92,7 @@ func run(ctx context.Context, c *config, out io.Writer) error {
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}}, // h2 and http/1.1 by ALPN
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	rep, err := zerodrop.Serve(ctx, srv, []string{c.addr}, zerodrop.Options{
+	rep, err := zerodrop.Serve(ctx, srv, []string{c.addr}, zerodrop.Options{Config: zerodrop.Config{
 		Handoff:   handoff.Config{Path: c.socket, PIDFile: filepath.Join(dir, "https.pid")},
 		Grace:     c.grace,
 		Successor: func() *exec.Cmd { return successor(c) },
@@ -104,7 +104,7 @@ func run(ctx context.Context, c *config, out io.Writer) error {
 				fmt.Fprintf(out, "upgrade: kill -HUP $(cat %s)\n", filepath.Join(dir, "https.pid"))
 			}
 		},
-	})
+	}})
 	if rep != nil && len(rep.Drains) > 0 && rep.Drains[0] != nil {
 		fmt.Fprintf(out, "generation %d stopped: %s\n", rep.Generation, rep.Drains[0].Method)
 	}

@@ -72,20 +72,22 @@ func run(ctx context.Context, c *config, out io.Writer) error {
 	var gen atomic.Uint64
 	srv.Handler = newHandler(&gen, hub, promstats.Options{Groups: []promstats.Group{{Listener: c.addr, Addr: c.addr}}})
 	rep, err := zerodrop.Serve(ctx, srv, []string{c.addr}, zerodrop.Options{
-		Handoff: handoff.Config{Path: c.socket, PIDFile: filepath.Join(filepath.Dir(c.socket), "upgrade.pid"),
-			OnHandoff: hub.HandoffHook()},
+		Config: zerodrop.Config{
+			Handoff: handoff.Config{Path: c.socket, PIDFile: filepath.Join(filepath.Dir(c.socket), "upgrade.pid"),
+				OnHandoff: hub.HandoffHook()},
+			Delay:     c.delay, // load balancers must notice; a successor needs no delay
+			Grace:     c.grace,
+			Successor: func() *exec.Cmd { return successor(c) },
+			OnListen: func(g uint64, _ []net.Addr) {
+				gen.Store(g)
+				hub.SetGeneration(g)
+			},
+			OnServing: func(g uint64, addrs []net.Addr) {
+				fmt.Fprintf(out, "generation %d serving %s pid %d\n", g, addrs[0], os.Getpid())
+			},
+		},
 		ReadyPath: "/ready",
-		Delay:     c.delay, // load balancers must notice; a successor needs no delay
-		Grace:     c.grace,
-		Successor: func() *exec.Cmd { return successor(c) },
 		Drain:     func(_ string, s *drain.Server) { s.OnReport = hub.DrainHook(c.addr) },
-		OnListen: func(g uint64, _ []net.Addr) {
-			gen.Store(g)
-			hub.SetGeneration(g)
-		},
-		OnServing: func(g uint64, addrs []net.Addr) {
-			fmt.Fprintf(out, "generation %d serving %s pid %d\n", g, addrs[0], os.Getpid())
-		},
 	})
 	if rep != nil && len(rep.Drains) > 0 && rep.Drains[0] != nil {
 		json.NewEncoder(os.Stderr).Encode(rep)

@@ -84,14 +84,16 @@ func run(ctx context.Context, c *config, out io.Writer) error {
 	}
 	e := &echo{}
 	rep, err := zerodrop.Serve(ctx, newHTTPServer(e), []string{c.addr}, zerodrop.Options{
-		Handoff:   handoff.Config{Path: c.socket, PIDFile: filepath.Join(dir, "websocket.pid")},
-		Successor: zerodrop.ReExec,
-		Grace:     c.grace,
-		Drain:     func(_ string, s *drain.Server) { s.Hijacked = drain.GoingAway(c.closeIn) },
-		OnListen:  func(g uint64, _ []net.Addr) { e.gen.Store(g) },
-		OnServing: func(g uint64, addrs []net.Addr) {
-			fmt.Fprintf(out, "generation %d serving %s pid %d\n", g, addrs[0], os.Getpid())
+		Config: zerodrop.Config{
+			Handoff:   handoff.Config{Path: c.socket, PIDFile: filepath.Join(dir, "websocket.pid")},
+			Successor: zerodrop.ReExec,
+			Grace:     c.grace,
+			OnListen:  func(g uint64, _ []net.Addr) { e.gen.Store(g) },
+			OnServing: func(g uint64, addrs []net.Addr) {
+				fmt.Fprintf(out, "generation %d serving %s pid %d\n", g, addrs[0], os.Getpid())
+			},
 		},
+		Drain: func(_ string, s *drain.Server) { s.Hijacked = drain.GoingAway(c.closeIn) },
 	})
 	// GoingAway closes each WebSocket after closeIn; a second more is for
 	// the handlers to return.

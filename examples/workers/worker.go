@@ -78,12 +78,13 @@ func workerMain() int {
 	// drain's report is logged once.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: grace}
 	_, err = zerodrop.Serve(ctx, srv, []string{addr}, zerodrop.Options{
-		Handoff: handoff.Config{Listen: cfg}, Grace: grace, Logger: log, ReadyPath: "/ready",
-		OnListen: func(uint64, []net.Addr) { // the supervisor waits for this line on fd 3
-			ready := os.NewFile(3, "ready")
-			fmt.Fprintln(ready, "ready")
-			ready.Close()
-		},
+		Config: zerodrop.Config{Handoff: handoff.Config{Listen: cfg}, Grace: grace, Logger: log,
+			OnListen: func(uint64, []net.Addr) { // the supervisor waits for this line on fd 3
+				ready := os.NewFile(3, "ready")
+				fmt.Fprintln(ready, "ready")
+				ready.Close()
+			}},
+		ReadyPath: "/ready",
 	})
 	if err != nil {
 		log.Error("serve", zap.Error(err))

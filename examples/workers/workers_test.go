@@ -169,7 +169,7 @@ func TestParseFlags(t *testing.T) {
 func Example_serve() {
 	cfg := reuseport.Config{Migration: reuseport.MigrationRequire}
 	srv := &http.Server{Handler: handler(1, 0, 0), ReadHeaderTimeout: 10 * time.Second}
-	rep, err := zerodrop.Serve(context.Background(), srv, []string{"127.0.0.1:8080"}, zerodrop.Options{Handoff: handoff.Config{Listen: cfg}})
+	rep, err := zerodrop.Serve(context.Background(), srv, []string{"127.0.0.1:8080"}, zerodrop.Options{Config: zerodrop.Config{Handoff: handoff.Config{Listen: cfg}}})
 	if err != nil {
 		fmt.Println(err)
 		return
