@@ -161,8 +161,10 @@ strategy, and counts the requests each way of restarting loses:
 With --clients keepalive or pool, the table also counts the reconnections
 per restart: handoff passes each idle keep-alive connection to its
 successor (its client notices nothing), the others close them and their
-clients dial again. With --tls the connections are TLS, which handoff
-cannot pass yet: they are closed and redialled.
+clients dial again; with --tls, handoff passes idle TLS 1.3 connections
+with their session (package tlsresume). A connection a client closed by
+itself (no failed read, no Connection: close: net/http's Transport does
+when starved of CPU) and dialled again is not counted.
 
 Runs in new network and mount namespaces (as root) or, otherwise, in a new
 user namespace as well. The machine's own sysctls and ports are never

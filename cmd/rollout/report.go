@@ -52,10 +52,14 @@ type outcome struct {
 	Generations  int                `json:"generations_seen"` // distinct X-Generation values answered
 	// Dials counts the connections the clients opened; with keep-alive
 	// clients (--clients keepalive or pool), Reconnects is Dials less one
-	// per client: the connections a restart closed under them (null with a
-	// new connection per request).
+	// per client and less the clients' own (ClientOwn: connections a
+	// client closed by itself, with no failed read and no Connection:
+	// close, as net/http's Transport does when starved of CPU, then
+	// dialled again): the connections a restart closed under them (null
+	// with a new connection per request).
 	Dials      int64  `json:"dials"`
 	Reconnects *int64 `json:"reconnects"`
+	ClientOwn  int64  `json:"client_own_closes"`
 	// ServerClosed counts the connections a server closed under their
 	// client (load.Result.ServerClosed).
 	ServerClosed int64          `json:"server_closed"`
@@ -134,7 +138,8 @@ func (o *outcome) fill(res *load.Result, reports []workerReport, clients string,
 	o.Generations = len(res.Headers)
 	o.Dials, o.ServerClosed = res.Dials, res.ServerClosed
 	if clients != clientsNew {
-		n := max(0, res.Dials-int64(concurrency))
+		o.ClientOwn = max(0, res.ClientClosed-res.AskedClose)
+		n := max(0, res.Dials-int64(concurrency)-o.ClientOwn)
 		o.Reconnects = &n
 	}
 	o.FirstErrors, o.Marks = res.Errors, res.Marks
@@ -189,7 +194,7 @@ func writeTable(w io.Writer, s *summary) error {
 const tableNotes = `
 failed: requests without a full reply (reset, refused, eof: connection closed before a reply, timeout).
 queue lost: connections left in a stopping listener's accept queue, per the drain reports ('-': no report).
-reconnects/restart: with keep-alive clients, connections closed under them (and redialled) per restart ('-': a new connection per request).
+reconnects/restart: with keep-alive clients, connections closed under them (and redialled) per restart, not counting those a client closed by itself ('-': a new connection per request).
 kernel RSTs: Tcp.OutRsts while the load ran (any cause); a queue reset with tcp_migrate_req=0 moves no other counter.
 p99: over successful requests, in steady 100 ms buckets and in those within 200 ms of a restart.
 `
