@@ -79,23 +79,6 @@ func expect(f *frame, typ string) error {
 	return &FrameError{Type: f.Type, Err: ErrProtocol, Detail: "expected " + typ}
 }
 
-// code maps an error to the code of the error frame that reports it.
-func code(err error) string {
-	switch {
-	case errors.Is(err, ErrVersion):
-		return codeVersion
-	case errors.Is(err, ErrPeerRefused):
-		return codePermission
-	case errors.Is(err, ErrValidation):
-		return codeValidation
-	case errors.Is(err, ErrBusy):
-		return codeBusy
-	case errors.Is(err, ErrProtocol), errors.Is(err, ErrFDCount), errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrTruncated):
-		return codeProtocol
-	}
-	return codeInternal
-}
-
 // baseVersion is the version every hello names: a predecessor of version 1
 // refuses any other (and counts that as a failed handoff), so a successor
 // says what more it speaks in MaxVersion, which such a predecessor refuses

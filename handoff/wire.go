@@ -71,17 +71,6 @@ const (
 	kindTCPConn = "tcp-conn"
 )
 
-// Error codes carried by error frames.
-const (
-	codeVersion    = "version"
-	codeInProgress = "in_progress"
-	codeBusy       = "busy"
-	codePermission = "permission"
-	codeProtocol   = "protocol"
-	codeValidation = "validation"
-	codeInternal   = "internal"
-)
-
 // frame is one decoded message; which fields are set depends on Type.
 type frame struct {
 	Type string `json:"type"`
