@@ -31,27 +31,6 @@ import (
 // acked (the successor refused it, died, or hung) is still the caller's, and
 // nothing of it reaches a handler. See "Passing connections" in doc.go.
 
-// connDecl is one connected socket as its sender declares it: Name is the
-// listener it was accepted on, Address the local address, Peer the remote
-// one, State opaque bytes for the receiver's handler (for HTTP, the bytes
-// read from the connection but not consumed, which precede what the socket
-// holds).
-type connDecl struct {
-	socketInfo
-	Peer  string `json:"peer"`
-	State []byte `json:"state,omitempty"`
-}
-
-func (d *connDecl) check() error {
-	if d.Kind != kindTCPConn {
-		return fmt.Errorf("connection %q: kind %q", d.Name, d.Kind)
-	}
-	if len(d.Peer) > maxAddr || len(d.State) > MaxConnState {
-		return fmt.Errorf("connection %q: peer address or state too long (%d state bytes, limit %d)", d.Name, len(d.State), MaxConnState)
-	}
-	return d.socketInfo.check()
-}
-
 // validateConn checks a received fd against its declaration: a socket, of
 // TCP (TCP_INFO answers only for TCP), established (or in CLOSE_WAIT: the
 // client closed during the transfer; what it sent is still to be read), of

@@ -67,18 +67,6 @@ type handshake struct {
 	tickets bool
 }
 
-// expect turns an error frame into a *RemoteError and an unexpected frame
-// into a protocol error.
-func expect(f *frame, typ string) error {
-	switch f.Type {
-	case typ:
-		return nil
-	case typeError:
-		return &RemoteError{Code: f.Code, Message: f.Message}
-	}
-	return &FrameError{Type: f.Type, Err: ErrProtocol, Detail: "expected " + typ}
-}
-
 // baseVersion is the version every hello names: a predecessor of version 1
 // refuses any other (and counts that as a failed handoff), so a successor
 // says what more it speaks in MaxVersion, which such a predecessor refuses

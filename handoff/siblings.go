@@ -28,9 +28,6 @@ import (
 // checked like a handoff socket's (its directory writable by us only), and
 // every fd is validated before it is acknowledged.
 
-// roleSibling is a process passing connections to a ConnListener.
-const roleSibling = "sibling"
-
 // ConnsConfig configures ListenConns and DialConns.
 type ConnsConfig struct {
 	// AllowUIDs widens the peers accepted, in both directions, beyond our

@@ -59,6 +59,8 @@ const (
 	roleSuccessor   = "successor"
 	roleObserver    = "observer"
 	rolePredecessor = "predecessor"
+	// roleSibling is a process passing connections to a ConnListener.
+	roleSibling = "sibling"
 )
 
 // Socket kinds: the socket table's (package sockets), and connections.
@@ -127,6 +129,17 @@ type socketInfo struct {
 	Network string `json:"network"`
 	Address string `json:"address"`
 	Digest  string `json:"digest,omitempty"`
+}
+
+// connDecl is one connected socket as its sender declares it: Name is the
+// listener it was accepted on, Address the local address, Peer the remote
+// one, State opaque bytes for the receiver's handler (for HTTP, the bytes
+// read from the connection but not consumed, which precede what the socket
+// holds).
+type connDecl struct {
+	socketInfo
+	Peer  string `json:"peer"`
+	State []byte `json:"state,omitempty"`
 }
 
 // encodeFrame returns the header and payload of f.
@@ -408,4 +421,26 @@ func (s *socketInfo) check() error {
 		return fmt.Errorf("socket %q: kind %q with network %q", s.Name, s.Kind, s.Network)
 	}
 	return nil
+}
+
+func (d *connDecl) check() error {
+	if d.Kind != kindTCPConn {
+		return fmt.Errorf("connection %q: kind %q", d.Name, d.Kind)
+	}
+	if len(d.Peer) > maxAddr || len(d.State) > MaxConnState {
+		return fmt.Errorf("connection %q: peer address or state too long (%d state bytes, limit %d)", d.Name, len(d.State), MaxConnState)
+	}
+	return d.socketInfo.check()
+}
+
+// expect turns an error frame into a *RemoteError and an unexpected frame
+// into a protocol error.
+func expect(f *frame, typ string) error {
+	switch f.Type {
+	case typ:
+		return nil
+	case typeError:
+		return &RemoteError{Code: f.Code, Message: f.Message}
+	}
+	return &FrameError{Type: f.Type, Err: ErrProtocol, Detail: "expected " + typ}
 }
