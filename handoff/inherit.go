@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
@@ -19,12 +17,6 @@ import (
 	"github.com/zerodrop/zerodrop/sockets"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
-)
-
-var (
-	errEOF   = io.EOF
-	errReset = syscall.ECONNRESET
-	errPipe  = syscall.EPIPE
 )
 
 // inherited is what New obtained for this process from its predecessor:

@@ -2,7 +2,6 @@ package handoff
 
 import (
 	"context"
-	"errors"
 	"net"
 	"os"
 	"sync"
@@ -148,13 +147,6 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 // Table is the Upgrader's socket table: what Listen and ListenPacket
 // return, and what a successor is offered.
 func (u *Upgrader) Table() *sockets.Table { return u.table }
-
-// predecessorGone reports errors that mean the predecessor died or hung up.
-func predecessorGone(err error) bool {
-	var re *RemoteError
-	return !errors.As(err, &re) && (errors.Is(err, ErrTruncated) || errors.Is(err, errEOF) ||
-		errors.Is(err, errReset) || errors.Is(err, errPipe))
-}
 
 func (u *Upgrader) opError(err error) error {
 	return neterr.Op("handoff", "unix", &net.UnixAddr{Name: u.cfg.Path, Net: "unix"}, err)
