@@ -56,6 +56,9 @@ var (
 	// says what it lacks. Any other Ready error left the predecessor
 	// serving.
 	ErrReadyIncomplete = errors.New("ready incomplete: the predecessor was told to stop")
+	// ErrNotTaken: the connections were not passed (no successor takes them, or
+	// it refused or did not acknowledge them); they are still the caller's.
+	ErrNotTaken = errors.New("connections not taken by a successor")
 )
 
 // Error codes carried by error frames (RemoteError.Code).

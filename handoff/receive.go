@@ -248,3 +248,7 @@ func holds(c *net.TCPConn, ino uint64) bool {
 	}
 	return st.Ino == ino
 }
+
+// testHookConnsReceived is a test hook: it runs once a conns batch is
+// validated, before its ack.
+var testHookConnsReceived func(first int)
