@@ -34,7 +34,8 @@ func Observe(ctx context.Context, path string) (st Status, ok bool, err error) {
 	if err != nil || !ok {
 		return st, false, err
 	}
-	c, err := newConn(nc, time.Until(deadline(ctx)))
+	d, _ := ctx.Deadline()
+	c, err := newConn(nc, time.Until(d))
 	if err != nil {
 		nc.Close()
 		return st, false, err
@@ -57,11 +58,6 @@ func Observe(ctx context.Context, path string) (st Status, ok bool, err error) {
 		return st, true, pathError("observe", path, err)
 	}
 	return Status{Generation: f.Generation, PID: f.PID, Failures: f.Failures, LastError: f.LastError}, true, nil
-}
-
-func deadline(ctx context.Context) time.Time {
-	d, _ := ctx.Deadline()
-	return d
 }
 
 // Result is a completed upgrade.
