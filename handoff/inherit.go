@@ -187,7 +187,7 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	// The predecessor's credentials are those of each frame it writes
 	// (conn.talkers); SO_PEERCRED names the process that bound the
 	// handoff socket, generation 1 once it was passed on.
-	c.talkers = func(cred *unix.Ucred) error { return allowed(cred, h.cfg.AllowUIDs) }
+	c.talkers = func(cred *unix.Ucred) error { return checkPeer(cred, h.cfg.AllowUIDs) }
 	bound, err := c.peerCred()
 	if err != nil {
 		return err

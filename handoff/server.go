@@ -214,7 +214,7 @@ func (s *server) handle(nc *net.UnixConn, accepted time.Time) {
 	cred, err := c.peerCred()
 	if err == nil {
 		log = log.With(zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid))
-		err = allowed(cred, s.cfg.allowUIDs)
+		err = checkPeer(cred, s.cfg.allowUIDs)
 	}
 	if err == nil {
 		if err = s.admit(c, accepted); errors.Is(err, ErrClosed) {

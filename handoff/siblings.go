@@ -221,7 +221,7 @@ func (l *ConnListener) greet(c *conn) error {
 	if err != nil {
 		return err
 	}
-	if err := allowed(cred, l.cfg.AllowUIDs); err != nil {
+	if err := checkPeer(cred, l.cfg.AllowUIDs); err != nil {
 		return err
 	}
 	f, _, err := c.recv(0)
@@ -287,7 +287,7 @@ func dialConns(ctx context.Context, c *conn, cfg ConnsConfig) (*ConnSender, erro
 	if err != nil {
 		return nil, err
 	}
-	if err := allowed(cred, cfg.AllowUIDs); err != nil {
+	if err := checkPeer(cred, cfg.AllowUIDs); err != nil {
 		return nil, err
 	}
 	if err := c.send(&frame{Type: typeHello, Version: baseVersion, MaxVersion: Version, Role: roleSibling, PID: os.Getpid(), UID: uint32(os.Geteuid())}, nil); err != nil {

@@ -43,7 +43,7 @@ func Observe(ctx context.Context, path string) (st Status, ok bool, err error) {
 	defer c.Close()
 	// The server's credentials are those of what it writes (see
 	// conn.talkers): SO_PEERCRED names the process that bound the socket.
-	c.talkers = func(cred *unix.Ucred) error { return allowed(cred, nil) }
+	c.talkers = func(cred *unix.Ucred) error { return checkPeer(cred, nil) }
 	if err = c.send(&frame{Type: typeHello, Version: baseVersion, Role: roleObserver, PID: os.Getpid(), UID: uint32(os.Geteuid())}, nil); err != nil {
 		err = c.answeredFirst(err)
 	}
