@@ -28,20 +28,6 @@ import (
 // acked (the successor refused it, died, or hung) is still the caller's, and
 // nothing of it reaches a handler. See "Passing connections" in doc.go.
 
-// PassedConn is a connection passed from one generation to the next.
-type PassedConn struct {
-	// Listener is the name (as given to Listen) of the listener the
-	// connection was accepted on; the successor's handler for that name
-	// receives it.
-	Listener string
-	// Conn is the connection. PassConns closes the sender's once the
-	// successor has it; the receiver owns the one its handler gets.
-	Conn *net.TCPConn
-	// State is opaque to this package, at most MaxConnState bytes: what the
-	// receiver needs to go on (for HTTP, the bytes read but not consumed).
-	State []byte
-}
-
 // ConnSender passes connections to one receiver: a ready successor (kept
 // by its Upgrader, see PassConns) or a sibling's ConnListener (DialConns).
 type ConnSender struct {
