@@ -50,3 +50,13 @@ type Config struct {
 	// stats.Hub.HandoffHook.
 	OnHandoff func(Result, error)
 }
+
+// Result is a completed upgrade.
+type Result struct {
+	From, To uint64 // generations before and after
+	PID      int    // the new generation's process
+	Took     time.Duration
+	// Sockets is how many sockets were handed over; set for
+	// Config.OnHandoff, 0 from Upgrade (the trigger does not see them).
+	Sockets int
+}

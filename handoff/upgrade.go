@@ -60,16 +60,6 @@ func Observe(ctx context.Context, path string) (st Status, ok bool, err error) {
 	return Status{Generation: f.Generation, PID: f.PID, Failures: f.Failures, LastError: f.LastError}, true, nil
 }
 
-// Result is a completed upgrade.
-type Result struct {
-	From, To uint64 // generations before and after
-	PID      int    // the new generation's process
-	Took     time.Duration
-	// Sockets is how many sockets were handed over; set for
-	// Config.OnHandoff, 0 from Upgrade (the trigger does not see them).
-	Sockets int
-}
-
 // UpgradeError says why an upgrade did not complete: the predecessor's
 // account of the failed handoff, or that the wait ended.
 type UpgradeError struct {
