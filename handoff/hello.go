@@ -7,7 +7,7 @@ import (
 
 // Every conversation on a handoff socket (and a ConnListener's) opens with
 // a hello from each side; the version they then speak is the highest both
-// know (see "Versions" under "Wire protocol" in the package doc).
+// know (see "Versions" in the wire protocol, wire.go).
 
 // baseVersion is the version every hello names: a predecessor of version 1
 // refuses any other (and counts that as a failed handoff), so a successor
