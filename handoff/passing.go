@@ -7,12 +7,12 @@ import (
 	"go.uber.org/zap"
 )
 
-// passing is an Upgrader's connection passing, in both roles: the handlers
+// connPassing is an Upgrader's connection passing, in both roles: the handlers
 // registered for the connections a predecessor passes us and the
 // conversations on which it does (preds), and the conversation with a ready
 // successor that takes ours (succ). It has its own lock; the Upgrader owns
 // it, and closes it first when it is closed.
-type passing struct {
+type connPassing struct {
 	log   *zap.Logger
 	opErr func(error) error
 
@@ -27,7 +27,7 @@ type passing struct {
 }
 
 // handle registers h for the connections of the listener name.
-func (p *passing) handle(name string, h func(PassedConn)) {
+func (p *connPassing) handle(name string, h func(PassedConn)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.handlers == nil {
@@ -37,7 +37,7 @@ func (p *passing) handle(name string, h func(PassedConn)) {
 }
 
 // takes returns the names of the listeners we have a handler for, sorted.
-func (p *passing) takes() []string {
+func (p *connPassing) takes() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	names := make([]string, 0, len(p.handlers))
@@ -50,7 +50,7 @@ func (p *passing) takes() []string {
 
 // successor returns the sender to the ready successor that takes
 // connections, or nil.
-func (p *passing) successor() *ConnSender {
+func (p *connPassing) successor() *ConnSender {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.succ
@@ -58,7 +58,7 @@ func (p *passing) successor() *ConnSender {
 
 // keepSuccessor keeps the conversation with a ready successor that takes
 // the connections of takes, for PassConns; c is ours from now on.
-func (p *passing) keepSuccessor(c *conn, takes []string) {
+func (p *connPassing) keepSuccessor(c *conn, takes []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -72,7 +72,7 @@ func (p *passing) keepSuccessor(c *conn, takes []string) {
 // predecessor passes on pred, for the handlers registered so far, each
 // accepted on the address addrs has for its listener's name; pred is ours
 // from now on.
-func (p *passing) receiveFrom(pred *conn, addrs map[string]string) {
+func (p *connPassing) receiveFrom(pred *conn, addrs map[string]string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.stopped {
@@ -93,7 +93,7 @@ func (p *passing) receiveFrom(pred *conn, addrs map[string]string) {
 
 // stopReceiving ends the conversations with predecessors and waits for
 // their goroutines (each gives what it acknowledged to its handlers first).
-func (p *passing) stopReceiving() {
+func (p *connPassing) stopReceiving() {
 	p.mu.Lock()
 	p.stopped = true
 	preds := p.preds
@@ -108,7 +108,7 @@ func (p *passing) stopReceiving() {
 // close ends the conversation with the successor (it has every connection
 // it acked) and those with predecessors, and waits for the receiving
 // goroutines. Later conversations given to it are closed at once.
-func (p *passing) close() {
+func (p *connPassing) close() {
 	p.mu.Lock()
 	p.closed = true
 	succ, preds := p.succ, p.preds

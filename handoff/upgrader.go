@@ -19,7 +19,7 @@ type Upgrader struct {
 	log   *zap.Logger
 	inh   *inherited     // what New obtained (inherit.go)
 	table *sockets.Table // our sockets, what we offer
-	pass  passing        // connections, in both roles (conns.go)
+	pass  connPassing    // connections, in both roles (passing.go)
 
 	mu     sync.Mutex // ready, closed, srv; Ready and Close release inh under it
 	ready  bool
