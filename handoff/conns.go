@@ -40,6 +40,13 @@ type ConnSender struct {
 	opErr  func(error) error
 }
 
+// newConnSender passes connections on c to a receiver that takes those of
+// the listeners takes; c is the sender's from now on. opErr wraps the
+// errors of PassConns.
+func newConnSender(c *conn, takes []string, log *zap.Logger, opErr func(error) error) *ConnSender {
+	return &ConnSender{c: c, takes: takes, log: log, opErr: opErr}
+}
+
 // Takes reports whether the receiver takes the connections of the listener
 // name; false once a PassConns failed or the sender is closed.
 func (s *ConnSender) Takes(name string) bool {

@@ -65,7 +65,7 @@ func (p *connPassing) keepSuccessor(c *conn, takes []string) {
 		c.Close()
 		return
 	}
-	p.succ = &ConnSender{c: c, takes: takes, log: p.log, opErr: p.opErr}
+	p.succ = newConnSender(c, takes, p.log, p.opErr)
 }
 
 // receiveFrom receives, on its own goroutine, the connections the

@@ -272,16 +272,15 @@ func DialConns(ctx context.Context, path string, cfg ConnsConfig) (*ConnSender, 
 		nc.Close()
 		return nil, opErr(err)
 	}
-	s, err := dialConns(ctx, c, cfg)
+	s, err := dialConns(ctx, c, cfg, opErr)
 	if err != nil {
 		c.Close()
 		return nil, opErr(err)
 	}
-	s.opErr = opErr
 	return s, nil
 }
 
-func dialConns(ctx context.Context, c *conn, cfg ConnsConfig) (*ConnSender, error) {
+func dialConns(ctx context.Context, c *conn, cfg ConnsConfig, opErr func(error) error) (*ConnSender, error) {
 	defer c.bind(ctx)()
 	cred, err := c.peerCred()
 	if err != nil {
@@ -304,5 +303,5 @@ func dialConns(ctx context.Context, c *conn, cfg ConnsConfig) (*ConnSender, erro
 		return nil, &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("receiver answers version %d role %q", f.Version, f.Role)}
 	}
 	cfg.Logger.Debug("connected to a sibling", zap.String("event", "handoff.sibling_connected"), zap.Int32("peer_pid", cred.Pid), zap.Strings("takes", f.Takes))
-	return &ConnSender{c: c, takes: f.Takes, log: cfg.Logger}, nil
+	return newConnSender(c, f.Takes, cfg.Logger, opErr), nil
 }
