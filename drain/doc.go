@@ -2,6 +2,12 @@
 // drains an http.Server without losing a request, with a report that accounts
 // for every queued connection.
 //
+// This comment is longer than a screen on purpose: each section below is
+// what a stop does to connections a caller cannot see (queued, idle,
+// mid-request, mid-handshake, hijacked) and the kernel facts it rests on; no
+// one function's comment can hold them. The API itself fits one screen: go
+// doc -short github.com/zerodrop/zerodrop/drain.
+//
 // # How a listener stops
 //
 // Wrap takes a *net.TCPListener or a *reuseport.Listener. Its Close (which

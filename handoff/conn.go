@@ -51,6 +51,13 @@ type conn struct {
 	talker *unix.Ucred
 }
 
+// Conversation states (conn.state), as the handoff server sees them.
+const (
+	fresh   = iota // no hello yet
+	greeted        // said hello
+	evicted        // gave way to a newcomer before its hello
+)
+
 // Bounds of what frames being read may buffer: a frame's buffer starts at
 // 512 bytes and doubles as its bytes arrive, up to its announced length. Of
 // that, frameQuota bytes are each conversation's own; the rest is taken
@@ -89,6 +96,13 @@ func (p *pool) put(n int) {
 		p.mu.Unlock()
 	}
 }
+
+// Backoff of the accept loop after a failed accept, as net/http's Serve: the
+// first retry after 5 ms, each next one after twice the delay, at most 1 s.
+const (
+	acceptRetryMin = 5 * time.Millisecond
+	acceptRetryMax = time.Second
+)
 
 func newConn(c *net.UnixConn, timeout time.Duration) (*conn, error) {
 	rc, err := c.SyscallConn()
@@ -417,4 +431,18 @@ func closeFDs(fds []int) {
 			unix.Close(fd)
 		}
 	}
+}
+
+// The errors of a peer that died or hung up (see predecessorGone).
+var (
+	errEOF   = io.EOF
+	errReset = syscall.ECONNRESET
+	errPipe  = syscall.EPIPE
+)
+
+// predecessorGone reports errors that mean the predecessor died or hung up.
+func predecessorGone(err error) bool {
+	var re *RemoteError
+	return !errors.As(err, &re) && (errors.Is(err, ErrTruncated) || errors.Is(err, errEOF) ||
+		errors.Is(err, errReset) || errors.Is(err, errPipe))
 }

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,307 +28,6 @@ import (
 // acked (the successor refused it, died, or hung) is still the caller's, and
 // nothing of it reaches a handler. See "Passing connections" in doc.go.
 
-// connDecl is one connected socket as its sender declares it: Name is the
-// listener it was accepted on, Address the local address, Peer the remote
-// one, State opaque bytes for the receiver's handler (for HTTP, the bytes
-// read from the connection but not consumed, which precede what the socket
-// holds).
-type connDecl struct {
-	socketInfo
-	Peer  string `json:"peer"`
-	State []byte `json:"state,omitempty"`
-}
-
-func (d *connDecl) check() error {
-	if d.Kind != kindTCPConn {
-		return fmt.Errorf("connection %q: kind %q", d.Name, d.Kind)
-	}
-	if len(d.Peer) > maxAddr || len(d.State) > MaxConnState {
-		return fmt.Errorf("connection %q: peer address or state too long (%d state bytes, limit %d)", d.Name, len(d.State), MaxConnState)
-	}
-	return d.socketInfo.check()
-}
-
-// validateConn checks a received fd against its declaration: a socket, of
-// TCP (TCP_INFO answers only for TCP), established (or in CLOSE_WAIT: the
-// client closed during the transfer; what it sent is still to be read), of
-// the declared family, bound to the declared local address and connected
-// to the declared peer; it returns the socket's inode. Each failure is a
-// *ValidationError. It costs five syscalls, not the forty of a listener's
-// full read (reuseport.ReadFD): a handoff may pass tens of thousands of
-// connections.
-func validateConn(fd int, d *connDecl) (ino uint64, err error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return 0, &ValidationError{Name: d.Name, Check: "fstat", Want: "socket", Got: "?", Err: os.NewSyscallError("fstat", err)}
-	}
-	return st.Ino, checkConn(fd, d, &st)
-}
-
-// checkConn is validateConn's checks of fd, whose fstat is st.
-func checkConn(fd int, d *connDecl, st *unix.Stat_t) error {
-	bad := func(check, want, got string, err error) error {
-		return &ValidationError{Name: d.Name, Check: check, Want: want, Got: got, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return bad("S_IFSOCK", "socket", "file mode "+strconv.FormatUint(uint64(st.Mode&unix.S_IFMT), 8), nil)
-	}
-	ti, err := linux.TCPInfo(fd)
-	if err != nil {
-		return bad("TCP_INFO", "a TCP connection", "?", err)
-	}
-	if ti.State != unix.BPF_TCP_ESTABLISHED && ti.State != unix.BPF_TCP_CLOSE_WAIT {
-		return bad("TCP_INFO", "established", "state "+strconv.Itoa(int(ti.State)), nil)
-	}
-	local, err := linux.Sockname(fd)
-	if err != nil {
-		return bad("getsockname", d.Address, "?", err)
-	}
-	if got := connNetwork(local); d.Network != "tcp" && d.Network != got {
-		return bad("family", d.Network, got, nil)
-	}
-	if !exactAddr(d.Address, local) {
-		return bad("getsockname", d.Address, local, nil)
-	}
-	peer, err := linux.Peername(fd)
-	if err != nil {
-		return bad("getpeername", d.Peer, "?", err)
-	}
-	if !exactAddr(d.Peer, peer) {
-		return bad("getpeername", d.Peer, peer, nil)
-	}
-	return nil
-}
-
-// declareConn declares the connected socket fd as the listener name's,
-// with state: its family and addresses as the kernel has them (an IPv4
-// client of a dual-stack listener is an AF_INET6 socket with a mapped
-// address, declared tcp6).
-func declareConn(fd int, name string, state []byte) (connDecl, error) {
-	local, err := linux.Sockname(fd)
-	if err != nil {
-		return connDecl{}, err
-	}
-	peer, err := linux.Peername(fd)
-	if err != nil {
-		return connDecl{}, err
-	}
-	return connDecl{socketInfo: socketInfo{Name: name, Kind: kindTCPConn, Network: connNetwork(local), Address: local}, Peer: peer, State: state}, nil
-}
-
-// connNetwork is "tcp6" for an address linux.Sockname formatted from an
-// AF_INET6 socket ("[ip]:port"), else "tcp4".
-func connNetwork(addr string) string {
-	if strings.HasPrefix(addr, "[") {
-		return "tcp6"
-	}
-	return "tcp4"
-}
-
-// exactAddr compares two literal addresses, ports included: a connection's
-// addresses have no wildcard.
-func exactAddr(want, got string) bool {
-	w, err1 := netip.ParseAddrPort(want)
-	g, err2 := netip.ParseAddrPort(got)
-	return err1 == nil && err2 == nil && w.Port() != 0 && w.Addr().Unmap() == g.Addr().Unmap() && w.Port() == g.Port()
-}
-
-// PassedConn is a connection passed from one generation to the next.
-type PassedConn struct {
-	// Listener is the name (as given to Listen) of the listener the
-	// connection was accepted on; the successor's handler for that name
-	// receives it.
-	Listener string
-	// Conn is the connection. PassConns closes the sender's once the
-	// successor has it; the receiver owns the one its handler gets.
-	Conn *net.TCPConn
-	// State is opaque to this package, at most MaxConnState bytes: what the
-	// receiver needs to go on (for HTTP, the bytes read but not consumed).
-	State []byte
-}
-
-// HandleConns registers h to receive the connections a predecessor passes
-// for the listener name, in this process's successor role: once Ready has
-// told the predecessor which listeners' connections it takes (every name
-// registered), each connection passed arrives as one call of h, on one
-// goroutine, in order. h owns the connection; it must not block for long
-// (hand it to a server). Call it before Ready. A predecessor of protocol
-// version 1 passes none.
-func (u *Upgrader) HandleConns(name string, h func(PassedConn)) error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	switch {
-	case h == nil:
-		return u.opError(errors.New("handle conns: nil handler"))
-	case u.closed:
-		return u.opError(fmt.Errorf("handle conns: %w", ErrClosed))
-	case u.ready:
-		return u.opError(errors.New("handle conns: called after Ready"))
-	}
-	u.pass.handle(name, h)
-	return nil
-}
-
-// listenerAddrs is the bound address of each of our sockets, by name: a
-// connection passed for a name must have been accepted on it.
-func (u *Upgrader) listenerAddrs() map[string]string {
-	addrs := map[string]string{}
-	for _, s := range u.table.Offer() {
-		addrs[s.Name()] = s.Address()
-	}
-	return addrs
-}
-
-// TakesConns reports whether a successor is ready and takes the connections
-// of the listener name: PassConns can then pass them. It becomes true
-// before Exit is closed, and false once the conversation with the successor
-// has failed or the Upgrader is closed.
-func (u *Upgrader) TakesConns(name string) bool {
-	s := u.pass.successor()
-	return s != nil && s.Takes(name)
-}
-
-// StopTakingConns ends the conversations on which a predecessor passes
-// this process connections: a batch not acknowledged yet stays the
-// predecessor's (its PassConns fails with ErrNotTaken), and so do later
-// ones. It returns once every connection acknowledged has been given to its
-// handler. Call it before the handlers stop taking connections (a
-// drain.Server's ServeConn closes a connection late in its Shutdown): a
-// connection acknowledged after that would be closed. Passing our own
-// connections to a successor (PassConns) goes on. Safe to call more than
-// once, and concurrently.
-func (u *Upgrader) StopTakingConns() { u.pass.stopReceiving() }
-
-// ErrNotTaken: the connections were not passed (no successor takes them, or
-// it refused or did not acknowledge them); they are still the caller's.
-var ErrNotTaken = errors.New("connections not taken by a successor")
-
-// PassConns passes conns to the ready successor: see ConnSender.PassConns.
-// Without a successor that takes connections, it fails with ErrNotTaken.
-func (u *Upgrader) PassConns(ctx context.Context, conns []PassedConn) (passed int, err error) {
-	s := u.pass.successor()
-	if s == nil {
-		return 0, u.opError(fmt.Errorf("pass conns: no successor takes connections: %w", ErrNotTaken))
-	}
-	return s.PassConns(ctx, conns)
-}
-
-// passing is an Upgrader's connection passing, in both roles: the handlers
-// registered for the connections a predecessor passes us and the
-// conversations on which it does (preds), and the conversation with a ready
-// successor that takes ours (succ). It has its own lock; the Upgrader owns
-// it, and closes it first when it is closed.
-type passing struct {
-	log   *zap.Logger
-	opErr func(error) error
-
-	mu       sync.Mutex
-	handlers map[string]func(PassedConn)
-	succ     *ConnSender
-	preds    []*conn
-	closed   bool
-	stopped  bool           // stopReceiving was called: preds are closed at once
-	wg       sync.WaitGroup // the goroutines receiving on preds
-	handed   handed         // the connections handed to our handlers
-}
-
-// handle registers h for the connections of the listener name.
-func (p *passing) handle(name string, h func(PassedConn)) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.handlers == nil {
-		p.handlers = map[string]func(PassedConn){}
-	}
-	p.handlers[name] = h
-}
-
-// takes returns the names of the listeners we have a handler for, sorted.
-func (p *passing) takes() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	names := make([]string, 0, len(p.handlers))
-	for name := range p.handlers {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
-}
-
-// successor returns the sender to the ready successor that takes
-// connections, or nil.
-func (p *passing) successor() *ConnSender {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.succ
-}
-
-// keepSuccessor keeps the conversation with a ready successor that takes
-// the connections of takes, for PassConns; c is ours from now on.
-func (p *passing) keepSuccessor(c *conn, takes []string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		c.Close()
-		return
-	}
-	p.succ = &ConnSender{c: c, takes: takes, log: p.log, opErr: p.opErr}
-}
-
-// receiveFrom receives, on its own goroutine, the connections the
-// predecessor passes on pred, for the handlers registered so far, each
-// accepted on the address addrs has for its listener's name; pred is ours
-// from now on.
-func (p *passing) receiveFrom(pred *conn, addrs map[string]string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || p.stopped {
-		pred.Close()
-		return
-	}
-	handlers := make(map[string]func(PassedConn), len(p.handlers))
-	for name, h := range p.handlers {
-		handlers[name] = h
-	}
-	p.preds = append(p.preds, pred)
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		receiveConns(pred, &receiver{handlers: handlers, addrs: addrs, handed: &p.handed, idle: connWait, log: p.log})
-	}()
-}
-
-// stopReceiving ends the conversations with predecessors and waits for
-// their goroutines (each gives what it acknowledged to its handlers first).
-func (p *passing) stopReceiving() {
-	p.mu.Lock()
-	p.stopped = true
-	preds := p.preds
-	p.preds = nil
-	p.mu.Unlock()
-	for _, c := range preds {
-		c.Close()
-	}
-	p.wg.Wait()
-}
-
-// close ends the conversation with the successor (it has every connection
-// it acked) and those with predecessors, and waits for the receiving
-// goroutines. Later conversations given to it are closed at once.
-func (p *passing) close() {
-	p.mu.Lock()
-	p.closed = true
-	succ, preds := p.succ, p.preds
-	p.succ, p.preds = nil, nil
-	p.mu.Unlock()
-	if succ != nil {
-		succ.Close()
-	}
-	for _, c := range preds {
-		c.Close()
-	}
-	p.wg.Wait()
-}
-
 // ConnSender passes connections to one receiver: a ready successor (kept
 // by its Upgrader, see PassConns) or a sibling's ConnListener (DialConns).
 type ConnSender struct {
@@ -342,6 +38,13 @@ type ConnSender struct {
 	dead   atomic.Bool
 	log    *zap.Logger
 	opErr  func(error) error
+}
+
+// newConnSender passes connections on c to a receiver that takes those of
+// the listeners takes; c is the sender's from now on. opErr wraps the
+// errors of PassConns.
+func newConnSender(c *conn, takes []string, log *zap.Logger, opErr func(error) error) *ConnSender {
+	return &ConnSender{c: c, takes: takes, log: log, opErr: opErr}
 }
 
 // Takes reports whether the receiver takes the connections of the listener
@@ -557,6 +260,5 @@ func (c *conn) awaitData(d time.Duration) error {
 	return c.ctxErr(wrapSyscall("recvmsg", err))
 }
 
-// Test hooks: testHookConnsSent runs after each conns batch is sent,
-// testHookConnsReceived once a batch is validated, before its ack.
-var testHookConnsSent, testHookConnsReceived func(first int)
+// testHookConnsSent is a test hook: it runs after each conns batch is sent.
+var testHookConnsSent func(first int)

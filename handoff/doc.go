@@ -2,6 +2,14 @@
 // successor over a unix socket, so that a restart or an upgrade never closes a
 // listening socket and never loses a connection.
 //
+// This comment is longer than a screen on purpose: each section below is a
+// guarantee callers rely on and no one function's comment can hold (who
+// owns a socket, when a successor starts fresh, whom the handoff socket
+// accepts, what becomes of a connection in transit, what the server bounds).
+// The API itself fits one screen: go doc -short
+// github.com/zerodrop/zerodrop/handoff. The wire protocol is described in
+// wire.go, beside the code that speaks it.
+//
 // # How it works
 //
 // A process creates an Upgrader with New. If a predecessor serves the handoff
@@ -196,103 +204,10 @@
 // successor cannot import fails the handoff ("validation"; the predecessor
 // keeps serving). zerodrop.Serve sets TicketKeys for a server with a
 // TLSConfig. Without TicketKeys on either side nothing changes: a release
-// before this one neither asks nor sends (see the wire protocol). A restart
+// before this one neither asks nor sends (see the wire protocol, in wire.go). A restart
 // by systemd, with no predecessor, finds the keys in the fd store instead
 // (handoff/systemd.Activation.Tickets; zerodrop.Generation stores and
 // imports them).
-//
-// # Wire protocol (version 2)
-//
-// A SOCK_STREAM unix socket. Each frame is a 4-byte big-endian payload length
-// (1 to 1 MiB; a longer header is an error, not a read) followed by one JSON
-// object whose "type" says which fields it carries. Every read and write has
-// a deadline (Config.Timeout; the wait for ready has Config.ReadyTimeout). fds
-// travel only with "fds" frames, as one SCM_RIGHTS control message of at most
-// 253 (SCM_MAX_FD) fds sent with the frame's first byte; the receiver reads each
-// frame exactly (never past its end), with MSG_CMSG_CLOEXEC, and treats fds on
-// any other frame, more fds than announced, or MSG_CTRUNC as an error. The
-// successor S connects to the predecessor P:
-//
-//	S -> P  {"type":"hello","version":1,"max_version":2,"role":"successor","pid":..,"uid":..}
-//	P -> S  {"type":"hello","version":V,"role":"predecessor","pid":..,"uid":..,"generation":G}
-//	P -> S  {"type":"offer","sockets":[{"name":"http","kind":"tcp-listener",
-//	         "network":"tcp4","address":"127.0.0.1:8080","digest":"sha256:.."},..]}
-//	for each batch of up to 253 sockets, in offer order:
-//	P -> S  {"type":"fds","first":F,"count":K} + SCM_RIGHTS with exactly K fds
-//	S -> P  {"type":"ack","received":F+K}
-//	if the offer carried "tickets":true (S asked with "tickets":true in its hello):
-//	P -> S  {"type":"tickets","count":1} + SCM_RIGHTS with one sealed memfd
-//	if both hellos carried "handoff":true:
-//	P -> S  {"type":"handoff","sockets":[{"name":"handoff","kind":"unix-listener",
-//	         "network":"unix","address":"@name" or "<dir>/.<base>.<pid>.tmp"}]}
-//	         + SCM_RIGHTS with P's handoff listening socket
-//	... S starts serving, then:
-//	S -> P  {"type":"ready","generation":G+1,"takes":["http",..]}   ("takes" in version 2 only)
-//	P -> S  {"type":"done","generation":G+1}   (P has stopped accepting on the handoff socket)
-//	version 2, if "takes" named listeners: the conversation stays open, and
-//	for each batch of up to 253 connections P passes:
-//	P -> S  {"type":"conns","first":F,"count":K,"conns":[{"name":"http","kind":"tcp-conn",
-//	         "network":"tcp4","address":"127.0.0.1:8080","peer":"127.0.0.1:40000",
-//	         "state":"<base64>"},..]} + SCM_RIGHTS with exactly K fds
-//	S -> P  {"type":"ack","received":F+K}
-//	... until P closes the conversation (it has passed what it had).
-//
-// Versions: every hello says "version":1, the version all releases speak,
-// because a version 1 predecessor refuses any other and counts that as a
-// failed handoff; a successor that speaks more says so in "max_version",
-// and the predecessor answers with the highest version both speak. A
-// version 1 predecessor refuses the unknown key "max_version" ("protocol",
-// naming it, before anything else; not counted as a failure) and the
-// successor says hello again without it: listeners pass, connections are
-// not passed (the predecessor drains them as before). A version 1 successor
-// sends no "max_version" and is answered in version 1. A "conns" batch
-// carries at most 512 KiB of state in all, each connection at most
-// MaxConnState bytes.
-//
-// Kinds are "tcp-listener" (network tcp, tcp4, tcp6), "udp" (udp, udp4, udp6)
-// and "unix-listener" (network unix; no digest) in offers, and "tcp-conn"
-// (tcp, tcp4, tcp6) in conns frames only. Names are unique, 1 to 255
-// bytes of UTF-8; an offer lists at most 4096 sockets. Either side may instead
-// send {"type":"error","code":C,"message":M} and close; C is "version",
-// "in_progress" (P is handing over, or has handed over, to another
-// successor: ErrHandoffInProgress),
-// "busy" (P holds as many conversations or buffered bytes as it may: ErrBusy),
-// "permission", "protocol", "validation" or "internal". A peer speaking another
-// version gets code "version". An observer (see Observe, Upgrade) sends a hello
-// with "role":"observer" and receives P's hello, which then also carries
-// "failures" (successors refused for their version, or whose transfer failed)
-// and "last_error". A successor's and a predecessor's hello carry
-// "handoff":true: the successor takes the handoff socket, the predecessor
-// sends it. The key belongs to the version 1 hello from this release on;
-// releases before it (which ignored unknown keys) omit it, and then the
-// handoff socket is neither sent nor expected and the successor binds its own
-// at Ready as before, so upgrades across the change work in both directions
-// (only they keep the old window). Fields whose value is zero are omitted ("uid" of root,
-// "generation" 0, "first" 0). A successor of this release also says
-// "options":true in its hello; the offer it gets then carries
-// "option_sets":{"<digest>":{"SO_REUSEPORT":"1",...}}, each inet socket's
-// option values keyed by name, once per distinct digest, and each socket's
-// "digest" names its set: the successor compares the options both releases
-// read, so a release that adds an option to reuseport's table still hands
-// over to and from this one. A successor without the key gets the version 1
-// offer ("digest" is the hash over the first release's option table,
-// reuseport.Digest.LegacyString). A predecessor of the release before refuses
-// the key ("protocol", naming it; not counted as a failure), and the
-// successor says hello again without it. "tickets" works the same way: a
-// successor with Config.TicketKeys says "tickets":true; a predecessor of a
-// release before refuses the key and gets a hello without it (no keys pass,
-// clients do a full handshake after the restart, as before); a predecessor
-// of this release answers an older successor, which never asks, without
-// keys. A predecessor without TicketKeys sends an offer without "tickets",
-// and the successor keeps its own keys; an offer with "tickets" to a
-// successor that did not ask is a protocol error. Keys are matched exactly (case-sensitively), and
-// a key that is unknown or repeated, in a frame or an offered socket, is a
-// protocol error: the hello's keys are therefore the same in every version,
-// so that a peer of another version is told "version". No frame may carry
-// generation 2^64-1 (its successor's would wrap to 0). The generation in the
-// successor's hello is informational (0); pid and uid in hellos are
-// informational too: each side trusts only the kernel's credentials
-// (SO_PEERCRED, SCM_CREDENTIALS).
 //
 // # Limits
 //

@@ -56,7 +56,38 @@ var (
 	// says what it lacks. Any other Ready error left the predecessor
 	// serving.
 	ErrReadyIncomplete = errors.New("ready incomplete: the predecessor was told to stop")
+	// ErrNotTaken: the connections were not passed (no successor takes them, or
+	// it refused or did not acknowledge them); they are still the caller's.
+	ErrNotTaken = errors.New("connections not taken by a successor")
 )
+
+// Error codes carried by error frames (RemoteError.Code).
+const (
+	codeVersion    = "version"
+	codeInProgress = "in_progress"
+	codeBusy       = "busy"
+	codePermission = "permission"
+	codeProtocol   = "protocol"
+	codeValidation = "validation"
+	codeInternal   = "internal"
+)
+
+// code maps an error to the code of the error frame that reports it.
+func code(err error) string {
+	switch {
+	case errors.Is(err, ErrVersion):
+		return codeVersion
+	case errors.Is(err, ErrPeerRefused):
+		return codePermission
+	case errors.Is(err, ErrValidation):
+		return codeValidation
+	case errors.Is(err, ErrBusy):
+		return codeBusy
+	case errors.Is(err, ErrProtocol), errors.Is(err, ErrFDCount), errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrTruncated):
+		return codeProtocol
+	}
+	return codeInternal
+}
 
 // FrameError is a frame that could not be read, decoded or accepted.
 type FrameError struct {

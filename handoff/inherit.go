@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/linux"
@@ -19,12 +17,6 @@ import (
 	"github.com/zerodrop/zerodrop/sockets"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
-)
-
-var (
-	errEOF   = io.EOF
-	errReset = syscall.ECONNRESET
-	errPipe  = syscall.EPIPE
 )
 
 // inherited is what New obtained for this process from its predecessor:
@@ -65,62 +57,6 @@ type handshake struct {
 	noValues, noMax, noTickets bool
 	// tickets: the offer says a tickets frame follows the fd batches.
 	tickets bool
-}
-
-// expect turns an error frame into a *RemoteError and an unexpected frame
-// into a protocol error.
-func expect(f *frame, typ string) error {
-	switch f.Type {
-	case typ:
-		return nil
-	case typeError:
-		return &RemoteError{Code: f.Code, Message: f.Message}
-	}
-	return &FrameError{Type: f.Type, Err: ErrProtocol, Detail: "expected " + typ}
-}
-
-// code maps an error to the code of the error frame that reports it.
-func code(err error) string {
-	switch {
-	case errors.Is(err, ErrVersion):
-		return codeVersion
-	case errors.Is(err, ErrPeerRefused):
-		return codePermission
-	case errors.Is(err, ErrValidation):
-		return codeValidation
-	case errors.Is(err, ErrBusy):
-		return codeBusy
-	case errors.Is(err, ErrProtocol), errors.Is(err, ErrFDCount), errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrTruncated):
-		return codeProtocol
-	}
-	return codeInternal
-}
-
-// baseVersion is the version every hello names: a predecessor of version 1
-// refuses any other (and counts that as a failed handoff), so a successor
-// says what more it speaks in MaxVersion, which such a predecessor refuses
-// as an unknown key before anything else (no failure counted).
-const baseVersion = 1
-
-// helloFrame is our hello frame. A successor's names the highest version it
-// speaks and asks for option values, unless the predecessor refused those
-// keys (values, maxVersion false then).
-func helloFrame(role string, gen uint64, values, maxVersion bool) *frame {
-	f := &frame{Type: typeHello, Version: baseVersion, Role: role, PID: os.Getpid(), UID: uint32(os.Geteuid()), Generation: gen,
-		Handoff: role != roleObserver, Options: role == roleSuccessor && values}
-	if role == roleSuccessor && maxVersion {
-		f.MaxVersion = Version
-	}
-	return f
-}
-
-// agree returns the version both sides of a conversation speak, given the
-// peer's hello: the highest of its versions that we speak too.
-func agree(f *frame) (int, error) {
-	if f.Version < 1 || f.Version > Version {
-		return 0, &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("peer speaks version %d, we speak 1 to %d", f.Version, Version)}
-	}
-	return min(Version, max(f.Version, f.MaxVersion)), nil
 }
 
 // refusedKeyError says the predecessor is of a release that does not know
@@ -251,7 +187,7 @@ func (h *handshake) inherit(ctx context.Context, nc *net.UnixConn) (err error) {
 	// The predecessor's credentials are those of each frame it writes
 	// (conn.talkers); SO_PEERCRED names the process that bound the
 	// handoff socket, generation 1 once it was passed on.
-	c.talkers = func(cred *unix.Ucred) error { return allowed(cred, h.cfg.AllowUIDs) }
+	c.talkers = func(cred *unix.Ucred) error { return checkPeer(cred, h.cfg.AllowUIDs) }
 	bound, err := c.peerCred()
 	if err != nil {
 		return err

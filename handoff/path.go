@@ -188,8 +188,8 @@ func retriedUntil(err, cause error) error {
 	return err
 }
 
-// allowed checks a peer's credentials against our euid and the allow-list.
-func allowed(cred *unix.Ucred, allow []uint32) error {
+// checkPeer checks a peer's credentials against our euid and the allow-list.
+func checkPeer(cred *unix.Ucred, allow []uint32) error {
 	list := append([]uint32{uint32(os.Geteuid())}, allow...)
 	if slices.Contains(list, cred.Uid) {
 		return nil

@@ -15,6 +15,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// PassedConn is a connection passed from one generation to the next.
+type PassedConn struct {
+	// Listener is the name (as given to Listen) of the listener the
+	// connection was accepted on; the successor's handler for that name
+	// receives it.
+	Listener string
+	// Conn is the connection. PassConns closes the sender's once the
+	// successor has it; the receiver owns the one its handler gets.
+	Conn *net.TCPConn
+	// State is opaque to this package, at most MaxConnState bytes: what the
+	// receiver needs to go on (for HTTP, the bytes read but not consumed).
+	State []byte
+}
+
 // connWait bounds how long a successor waits for the next batch of
 // connections from its predecessor, which closes the conversation when it
 // is done (a ConnListener waits its ConnsConfig.Timeout: a sibling's
@@ -248,3 +262,7 @@ func holds(c *net.TCPConn, ino uint64) bool {
 	}
 	return st.Ino == ino
 }
+
+// testHookConnsReceived is a test hook: it runs once a conns batch is
+// validated, before its ack.
+var testHookConnsReceived func(first int)

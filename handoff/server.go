@@ -74,13 +74,6 @@ func newServer(cfg serverConfig) *server {
 	return &server{cfg: cfg, conns: map[*conn]bool{}}
 }
 
-// Backoff of the accept loop after a failed accept, as net/http's Serve: the
-// first retry after 5 ms, each next one after twice the delay, at most 1 s.
-const (
-	acceptRetryMin = 5 * time.Millisecond
-	acceptRetryMax = time.Second
-)
-
 // serve accepts until the listener is closed. Any other accept error (EMFILE,
 // ENFILE, ENOBUFS, ENOMEM...: the connection stays queued) is logged and
 // retried after a backoff: a successor must never find a handoff socket that
@@ -144,13 +137,6 @@ func (s *server) close() {
 // whatever its goroutine is doing (on a loaded machine it may not have begun
 // to read).
 const maxConversations = 64
-
-// Conversation states (conn.state).
-const (
-	fresh   = iota // no hello yet
-	greeted        // said hello
-	evicted        // gave way to a newcomer before its hello
-)
 
 // admit adds c, accepted at accepted, to the conversations, making room if
 // needed. It fails with ErrClosed once the server is closed, ErrBusy when
@@ -228,7 +214,7 @@ func (s *server) handle(nc *net.UnixConn, accepted time.Time) {
 	cred, err := c.peerCred()
 	if err == nil {
 		log = log.With(zap.Int32("peer_pid", cred.Pid), zap.Uint32("peer_uid", cred.Uid))
-		err = allowed(cred, s.cfg.allowUIDs)
+		err = checkPeer(cred, s.cfg.allowUIDs)
 	}
 	if err == nil {
 		if err = s.admit(c, accepted); errors.Is(err, ErrClosed) {

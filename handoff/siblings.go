@@ -28,9 +28,6 @@ import (
 // checked like a handoff socket's (its directory writable by us only), and
 // every fd is validated before it is acknowledged.
 
-// roleSibling is a process passing connections to a ConnListener.
-const roleSibling = "sibling"
-
 // ConnsConfig configures ListenConns and DialConns.
 type ConnsConfig struct {
 	// AllowUIDs widens the peers accepted, in both directions, beyond our
@@ -224,7 +221,7 @@ func (l *ConnListener) greet(c *conn) error {
 	if err != nil {
 		return err
 	}
-	if err := allowed(cred, l.cfg.AllowUIDs); err != nil {
+	if err := checkPeer(cred, l.cfg.AllowUIDs); err != nil {
 		return err
 	}
 	f, _, err := c.recv(0)
@@ -275,22 +272,21 @@ func DialConns(ctx context.Context, path string, cfg ConnsConfig) (*ConnSender, 
 		nc.Close()
 		return nil, opErr(err)
 	}
-	s, err := dialConns(ctx, c, cfg)
+	s, err := dialConns(ctx, c, cfg, opErr)
 	if err != nil {
 		c.Close()
 		return nil, opErr(err)
 	}
-	s.opErr = opErr
 	return s, nil
 }
 
-func dialConns(ctx context.Context, c *conn, cfg ConnsConfig) (*ConnSender, error) {
+func dialConns(ctx context.Context, c *conn, cfg ConnsConfig, opErr func(error) error) (*ConnSender, error) {
 	defer c.bind(ctx)()
 	cred, err := c.peerCred()
 	if err != nil {
 		return nil, err
 	}
-	if err := allowed(cred, cfg.AllowUIDs); err != nil {
+	if err := checkPeer(cred, cfg.AllowUIDs); err != nil {
 		return nil, err
 	}
 	if err := c.send(&frame{Type: typeHello, Version: baseVersion, MaxVersion: Version, Role: roleSibling, PID: os.Getpid(), UID: uint32(os.Geteuid())}, nil); err != nil {
@@ -307,5 +303,5 @@ func dialConns(ctx context.Context, c *conn, cfg ConnsConfig) (*ConnSender, erro
 		return nil, &FrameError{Type: typeHello, Err: ErrVersion, Detail: fmt.Sprintf("receiver answers version %d role %q", f.Version, f.Role)}
 	}
 	cfg.Logger.Debug("connected to a sibling", zap.String("event", "handoff.sibling_connected"), zap.Int32("peer_pid", cred.Pid), zap.Strings("takes", f.Takes))
-	return &ConnSender{c: c, takes: f.Takes, log: cfg.Logger}, nil
+	return newConnSender(c, f.Takes, cfg.Logger, opErr), nil
 }

@@ -138,15 +138,15 @@ func lines(r *os.File) chan string {
 
 func TestAllowed(t *testing.T) {
 	me := uint32(os.Geteuid())
-	if err := allowed(&unix.Ucred{Uid: me}, nil); err != nil {
+	if err := checkPeer(&unix.Ucred{Uid: me}, nil); err != nil {
 		t.Fatal(err)
 	}
-	err := allowed(&unix.Ucred{Pid: 9, Uid: me + 1}, nil)
+	err := checkPeer(&unix.Ucred{Pid: 9, Uid: me + 1}, nil)
 	var pe *PeerError
 	if !errors.As(err, &pe) || pe.UID != me+1 || pe.PID != 9 || len(pe.Allowed) != 1 {
 		t.Fatalf("%v", err)
 	}
-	if err := allowed(&unix.Ucred{Uid: me + 1}, []uint32{me + 1}); err != nil {
+	if err := checkPeer(&unix.Ucred{Uid: me + 1}, []uint32{me + 1}); err != nil {
 		t.Fatal(err)
 	}
 }

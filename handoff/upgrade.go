@@ -34,7 +34,8 @@ func Observe(ctx context.Context, path string) (st Status, ok bool, err error) {
 	if err != nil || !ok {
 		return st, false, err
 	}
-	c, err := newConn(nc, time.Until(deadline(ctx)))
+	d, _ := ctx.Deadline()
+	c, err := newConn(nc, time.Until(d))
 	if err != nil {
 		nc.Close()
 		return st, false, err
@@ -42,7 +43,7 @@ func Observe(ctx context.Context, path string) (st Status, ok bool, err error) {
 	defer c.Close()
 	// The server's credentials are those of what it writes (see
 	// conn.talkers): SO_PEERCRED names the process that bound the socket.
-	c.talkers = func(cred *unix.Ucred) error { return allowed(cred, nil) }
+	c.talkers = func(cred *unix.Ucred) error { return checkPeer(cred, nil) }
 	if err = c.send(&frame{Type: typeHello, Version: baseVersion, Role: roleObserver, PID: os.Getpid(), UID: uint32(os.Geteuid())}, nil); err != nil {
 		err = c.answeredFirst(err)
 	}
@@ -57,21 +58,6 @@ func Observe(ctx context.Context, path string) (st Status, ok bool, err error) {
 		return st, true, pathError("observe", path, err)
 	}
 	return Status{Generation: f.Generation, PID: f.PID, Failures: f.Failures, LastError: f.LastError}, true, nil
-}
-
-func deadline(ctx context.Context) time.Time {
-	d, _ := ctx.Deadline()
-	return d
-}
-
-// Result is a completed upgrade.
-type Result struct {
-	From, To uint64 // generations before and after
-	PID      int    // the new generation's process
-	Took     time.Duration
-	// Sockets is how many sockets were handed over; set for
-	// Config.OnHandoff, 0 from Upgrade (the trigger does not see them).
-	Sockets int
 }
 
 // UpgradeError says why an upgrade did not complete: the predecessor's

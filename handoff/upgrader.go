@@ -2,61 +2,15 @@ package handoff
 
 import (
 	"context"
-	"errors"
 	"net"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/neterr"
-	"github.com/zerodrop/zerodrop/reuseport"
 	"github.com/zerodrop/zerodrop/sockets"
-	"github.com/zerodrop/zerodrop/ticket"
 	"go.uber.org/zap"
 )
-
-// Config configures an Upgrader. The zero value is not usable: Path is required.
-type Config struct {
-	// Path is the handoff socket: a file path (its directory must not be
-	// writable by group or others) or "@name" in the abstract namespace.
-	Path string
-	// Listen creates fresh sockets, and is what inherited ones are checked
-	// against (Options, MPTCP).
-	Listen reuseport.Config
-	// AllowUIDs widens the peers accepted on the handoff socket, in both
-	// directions, beyond our own effective UID.
-	AllowUIDs []uint32
-	// Timeout bounds every read and write of the protocol, and the connect;
-	// default 10 s.
-	Timeout time.Duration
-	// ReadyTimeout bounds how long a predecessor waits for its successor's
-	// Ready after handing the fds over; default 2 min.
-	ReadyTimeout time.Duration
-	// WarnOnMismatch makes Listen log an inherited socket whose options differ
-	// from Listen.Options, instead of failing with *reuseport.OptionMismatchError.
-	WarnOnMismatch bool
-	// PIDFile, if set, is replaced atomically with our pid by Ready. Its
-	// directory is checked like Path's; its temporary name is created
-	// without following links, before the predecessor is told anything.
-	PIDFile string
-	// TicketKeys, if set, are the TLS session-ticket keys handed over with
-	// the sockets, so that clients resume their sessions in the successor:
-	// New imports the predecessor's into them (ticket.Keys.Import), and the
-	// handoff server exports them to a successor that asks (one that passed
-	// the peer checks), as a sealed memfd over the handoff socket; see
-	// "Session-ticket keys" in the package doc. Install them into the
-	// tls.Config that serves (ticket.Keys.Install). A peer of an older
-	// release neither asks for nor sends keys: the handoff goes on without.
-	TicketKeys *ticket.Keys
-	// Logger receives each step of a handoff; nil means no logging.
-	Logger *zap.Logger
-	// OnHandoff, if set, is called in the process handing its sockets over,
-	// once per successor that asked for them: with a nil error once the
-	// successor is ready (this process must then stop), else with why the
-	// handoff failed (this process keeps serving). It must not block; see
-	// stats.Hub.HandoffHook.
-	OnHandoff func(Result, error)
-}
 
 // Upgrader gives a process its listening sockets, from its predecessor or
 // fresh, and hands them to its successor. Safe for concurrent use.
@@ -65,7 +19,7 @@ type Upgrader struct {
 	log   *zap.Logger
 	inh   *inherited     // what New obtained (inherit.go)
 	table *sockets.Table // our sockets, what we offer
-	pass  passing        // connections, in both roles (conns.go)
+	pass  connPassing    // connections, in both roles (passing.go)
 
 	mu     sync.Mutex // ready, closed, srv; Ready and Close release inh under it
 	ready  bool
@@ -148,13 +102,6 @@ func New(ctx context.Context, cfg Config) (*Upgrader, error) {
 // Table is the Upgrader's socket table: what Listen and ListenPacket
 // return, and what a successor is offered.
 func (u *Upgrader) Table() *sockets.Table { return u.table }
-
-// predecessorGone reports errors that mean the predecessor died or hung up.
-func predecessorGone(err error) bool {
-	var re *RemoteError
-	return !errors.As(err, &re) && (errors.Is(err, ErrTruncated) || errors.Is(err, errEOF) ||
-		errors.Is(err, errReset) || errors.Is(err, errPipe))
-}
 
 func (u *Upgrader) opError(err error) error {
 	return neterr.Op("handoff", "unix", &net.UnixAddr{Name: u.cfg.Path, Net: "unix"}, err)

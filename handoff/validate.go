@@ -1,9 +1,12 @@
 package handoff
 
 import (
+	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 
+	"github.com/zerodrop/zerodrop/internal/linux"
 	"github.com/zerodrop/zerodrop/reuseport"
 	"github.com/zerodrop/zerodrop/sockets"
 	"golang.org/x/sys/unix"
@@ -115,4 +118,88 @@ func sockType(kind string) int {
 		return unix.SOCK_DGRAM
 	}
 	return unix.SOCK_STREAM
+}
+
+// validateConn checks a received fd against its declaration: a socket, of
+// TCP (TCP_INFO answers only for TCP), established (or in CLOSE_WAIT: the
+// client closed during the transfer; what it sent is still to be read), of
+// the declared family, bound to the declared local address and connected
+// to the declared peer; it returns the socket's inode. Each failure is a
+// *ValidationError. It costs five syscalls, not the forty of a listener's
+// full read (reuseport.ReadFD): a handoff may pass tens of thousands of
+// connections.
+func validateConn(fd int, d *connDecl) (ino uint64, err error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, &ValidationError{Name: d.Name, Check: "fstat", Want: "socket", Got: "?", Err: os.NewSyscallError("fstat", err)}
+	}
+	return st.Ino, checkConn(fd, d, &st)
+}
+
+// checkConn is validateConn's checks of fd, whose fstat is st.
+func checkConn(fd int, d *connDecl, st *unix.Stat_t) error {
+	bad := func(check, want, got string, err error) error {
+		return &ValidationError{Name: d.Name, Check: check, Want: want, Got: got, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return bad("S_IFSOCK", "socket", "file mode "+strconv.FormatUint(uint64(st.Mode&unix.S_IFMT), 8), nil)
+	}
+	ti, err := linux.TCPInfo(fd)
+	if err != nil {
+		return bad("TCP_INFO", "a TCP connection", "?", err)
+	}
+	if ti.State != unix.BPF_TCP_ESTABLISHED && ti.State != unix.BPF_TCP_CLOSE_WAIT {
+		return bad("TCP_INFO", "established", "state "+strconv.Itoa(int(ti.State)), nil)
+	}
+	local, err := linux.Sockname(fd)
+	if err != nil {
+		return bad("getsockname", d.Address, "?", err)
+	}
+	if got := connNetwork(local); d.Network != "tcp" && d.Network != got {
+		return bad("family", d.Network, got, nil)
+	}
+	if !exactAddr(d.Address, local) {
+		return bad("getsockname", d.Address, local, nil)
+	}
+	peer, err := linux.Peername(fd)
+	if err != nil {
+		return bad("getpeername", d.Peer, "?", err)
+	}
+	if !exactAddr(d.Peer, peer) {
+		return bad("getpeername", d.Peer, peer, nil)
+	}
+	return nil
+}
+
+// declareConn declares the connected socket fd as the listener name's,
+// with state: its family and addresses as the kernel has them (an IPv4
+// client of a dual-stack listener is an AF_INET6 socket with a mapped
+// address, declared tcp6).
+func declareConn(fd int, name string, state []byte) (connDecl, error) {
+	local, err := linux.Sockname(fd)
+	if err != nil {
+		return connDecl{}, err
+	}
+	peer, err := linux.Peername(fd)
+	if err != nil {
+		return connDecl{}, err
+	}
+	return connDecl{socketInfo: socketInfo{Name: name, Kind: kindTCPConn, Network: connNetwork(local), Address: local}, Peer: peer, State: state}, nil
+}
+
+// connNetwork is "tcp6" for an address linux.Sockname formatted from an
+// AF_INET6 socket ("[ip]:port"), else "tcp4".
+func connNetwork(addr string) string {
+	if strings.HasPrefix(addr, "[") {
+		return "tcp6"
+	}
+	return "tcp4"
+}
+
+// exactAddr compares two literal addresses, ports included: a connection's
+// addresses have no wildcard.
+func exactAddr(want, got string) bool {
+	w, err1 := netip.ParseAddrPort(want)
+	g, err2 := netip.ParseAddrPort(got)
+	return err1 == nil && err2 == nil && w.Port() != 0 && w.Addr().Unmap() == g.Addr().Unmap() && w.Port() == g.Port()
 }

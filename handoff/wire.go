@@ -7,17 +7,109 @@ import (
 	"fmt"
 	"math"
 	"reflect"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/zerodrop/zerodrop/sockets"
 )
 
-// Protocol constants. See doc.go for the wire format.
+// The wire protocol (version 2).
+//
+// A SOCK_STREAM unix socket. Each frame is a 4-byte big-endian payload length
+// (1 to 1 MiB; a longer header is an error, not a read) followed by one JSON
+// object whose "type" says which fields it carries. Every read and write has
+// a deadline (Config.Timeout; the wait for ready has Config.ReadyTimeout). fds
+// travel only with "fds" frames, as one SCM_RIGHTS control message of at most
+// 253 (SCM_MAX_FD) fds sent with the frame's first byte; the receiver reads each
+// frame exactly (never past its end), with MSG_CMSG_CLOEXEC, and treats fds on
+// any other frame, more fds than announced, or MSG_CTRUNC as an error. The
+// successor S connects to the predecessor P:
+//
+//	S -> P  {"type":"hello","version":1,"max_version":2,"role":"successor","pid":..,"uid":..}
+//	P -> S  {"type":"hello","version":V,"role":"predecessor","pid":..,"uid":..,"generation":G}
+//	P -> S  {"type":"offer","sockets":[{"name":"http","kind":"tcp-listener",
+//	         "network":"tcp4","address":"127.0.0.1:8080","digest":"sha256:.."},..]}
+//	for each batch of up to 253 sockets, in offer order:
+//	P -> S  {"type":"fds","first":F,"count":K} + SCM_RIGHTS with exactly K fds
+//	S -> P  {"type":"ack","received":F+K}
+//	if the offer carried "tickets":true (S asked with "tickets":true in its hello):
+//	P -> S  {"type":"tickets","count":1} + SCM_RIGHTS with one sealed memfd
+//	if both hellos carried "handoff":true:
+//	P -> S  {"type":"handoff","sockets":[{"name":"handoff","kind":"unix-listener",
+//	         "network":"unix","address":"@name" or "<dir>/.<base>.<pid>.tmp"}]}
+//	         + SCM_RIGHTS with P's handoff listening socket
+//	... S starts serving, then:
+//	S -> P  {"type":"ready","generation":G+1,"takes":["http",..]}   ("takes" in version 2 only)
+//	P -> S  {"type":"done","generation":G+1}   (P has stopped accepting on the handoff socket)
+//	version 2, if "takes" named listeners: the conversation stays open, and
+//	for each batch of up to 253 connections P passes:
+//	P -> S  {"type":"conns","first":F,"count":K,"conns":[{"name":"http","kind":"tcp-conn",
+//	         "network":"tcp4","address":"127.0.0.1:8080","peer":"127.0.0.1:40000",
+//	         "state":"<base64>"},..]} + SCM_RIGHTS with exactly K fds
+//	S -> P  {"type":"ack","received":F+K}
+//	... until P closes the conversation (it has passed what it had).
+//
+// Versions: every hello says "version":1, the version all releases speak,
+// because a version 1 predecessor refuses any other and counts that as a
+// failed handoff; a successor that speaks more says so in "max_version",
+// and the predecessor answers with the highest version both speak. A
+// version 1 predecessor refuses the unknown key "max_version" ("protocol",
+// naming it, before anything else; not counted as a failure) and the
+// successor says hello again without it: listeners pass, connections are
+// not passed (the predecessor drains them as before). A version 1 successor
+// sends no "max_version" and is answered in version 1. A "conns" batch
+// carries at most 512 KiB of state in all, each connection at most
+// MaxConnState bytes.
+//
+// Kinds are "tcp-listener" (network tcp, tcp4, tcp6), "udp" (udp, udp4, udp6)
+// and "unix-listener" (network unix; no digest) in offers, and "tcp-conn"
+// (tcp, tcp4, tcp6) in conns frames only. Names are unique, 1 to 255
+// bytes of UTF-8; an offer lists at most 4096 sockets. Either side may instead
+// send {"type":"error","code":C,"message":M} and close; C is "version",
+// "in_progress" (P is handing over, or has handed over, to another
+// successor: ErrHandoffInProgress),
+// "busy" (P holds as many conversations or buffered bytes as it may: ErrBusy),
+// "permission", "protocol", "validation" or "internal". A peer speaking another
+// version gets code "version". An observer (see Observe, Upgrade) sends a hello
+// with "role":"observer" and receives P's hello, which then also carries
+// "failures" (successors refused for their version, or whose transfer failed)
+// and "last_error". A successor's and a predecessor's hello carry
+// "handoff":true: the successor takes the handoff socket, the predecessor
+// sends it. The key belongs to the version 1 hello from this release on;
+// releases before it (which ignored unknown keys) omit it, and then the
+// handoff socket is neither sent nor expected and the successor binds its own
+// at Ready as before, so upgrades across the change work in both directions
+// (only they keep the old window). Fields whose value is zero are omitted ("uid" of root,
+// "generation" 0, "first" 0). A successor of this release also says
+// "options":true in its hello; the offer it gets then carries
+// "option_sets":{"<digest>":{"SO_REUSEPORT":"1",...}}, each inet socket's
+// option values keyed by name, once per distinct digest, and each socket's
+// "digest" names its set: the successor compares the options both releases
+// read, so a release that adds an option to reuseport's table still hands
+// over to and from this one. A successor without the key gets the version 1
+// offer ("digest" is the hash over the first release's option table,
+// reuseport.Digest.LegacyString). A predecessor of the release before refuses
+// the key ("protocol", naming it; not counted as a failure), and the
+// successor says hello again without it. "tickets" works the same way: a
+// successor with Config.TicketKeys says "tickets":true; a predecessor of a
+// release before refuses the key and gets a hello without it (no keys pass,
+// clients do a full handshake after the restart, as before); a predecessor
+// of this release answers an older successor, which never asks, without
+// keys. A predecessor without TicketKeys sends an offer without "tickets",
+// and the successor keeps its own keys; an offer with "tickets" to a
+// successor that did not ask is a protocol error. Keys are matched exactly (case-sensitively), and
+// a key that is unknown or repeated, in a frame or an offered socket, is a
+// protocol error: the hello's keys are therefore the same in every version,
+// so that a peer of another version is told "version". No frame may carry
+// generation 2^64-1 (its successor's would wrap to 0). The generation in the
+// successor's hello is informational (0); pid and uid in hellos are
+// informational too: each side trusts only the kernel's credentials
+// (SO_PEERCRED, SCM_CREDENTIALS).
+
+// Protocol constants: the limits of the wire protocol (described in wire.go).
 const (
 	// Version is the highest protocol version this package speaks. Version
-	// 2 adds connected sockets ("conns" frames after done); see doc.go for
-	// how two releases agree on a version.
+	// 2 adds connected sockets ("conns" frames after done); see the wire
+	// protocol (wire.go) for how two releases agree on a version.
 	Version = 2
 	// MaxFrame is the largest frame payload accepted, in bytes.
 	MaxFrame = 1 << 20
@@ -59,6 +151,8 @@ const (
 	roleSuccessor   = "successor"
 	roleObserver    = "observer"
 	rolePredecessor = "predecessor"
+	// roleSibling is a process passing connections to a ConnListener.
+	roleSibling = "sibling"
 )
 
 // Socket kinds: the socket table's (package sockets), and connections.
@@ -69,17 +163,6 @@ const (
 	// kindTCPConn is a connected TCP socket (version 2): a connection
 	// passed to the successor, declared in a conns frame.
 	kindTCPConn = "tcp-conn"
-)
-
-// Error codes carried by error frames.
-const (
-	codeVersion    = "version"
-	codeInProgress = "in_progress"
-	codeBusy       = "busy"
-	codePermission = "permission"
-	codeProtocol   = "protocol"
-	codeValidation = "validation"
-	codeInternal   = "internal"
 )
 
 // frame is one decoded message; which fields are set depends on Type.
@@ -138,6 +221,17 @@ type socketInfo struct {
 	Network string `json:"network"`
 	Address string `json:"address"`
 	Digest  string `json:"digest,omitempty"`
+}
+
+// connDecl is one connected socket as its sender declares it: Name is the
+// listener it was accepted on, Address the local address, Peer the remote
+// one, State opaque bytes for the receiver's handler (for HTTP, the bytes
+// read from the connection but not consumed, which precede what the socket
+// holds).
+type connDecl struct {
+	socketInfo
+	Peer  string `json:"peer"`
+	State []byte `json:"state,omitempty"`
 }
 
 // encodeFrame returns the header and payload of f.
@@ -208,24 +302,6 @@ var (
 	connKeys   = jsonKeys(reflect.TypeFor[connDecl]())
 )
 
-// jsonKeys returns the json names of t's fields, those of embedded structs
-// included (encoding/json flattens them).
-func jsonKeys(t reflect.Type) map[string]bool {
-	keys := make(map[string]bool, t.NumField())
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if f.Anonymous {
-			for k := range jsonKeys(f.Type) {
-				keys[k] = true
-			}
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		keys[name] = true
-	}
-	return keys
-}
-
 // checkKeys refuses a payload whose object, or an object in its "sockets"
 // or "conns" list, has a key that is not one of its fields' names (compared
 // exactly, after JSON unescaping) or has a key twice. Values are checked by
@@ -242,80 +318,6 @@ func checkKeys(body []byte) error {
 		})
 	})
 }
-
-// objectKeys reads an object from d, calling value to read each key's value.
-func objectKeys(d *json.Decoder, keys map[string]bool, value func(key string) error) error {
-	t, err := d.Token()
-	if err != nil {
-		return err
-	}
-	if t != json.Delim('{') {
-		return keyError(fmt.Sprintf("%v where an object belongs", t))
-	}
-	seen := make(map[string]bool, len(keys))
-	for d.More() {
-		t, err := d.Token()
-		if err != nil {
-			return err
-		}
-		key, _ := t.(string)
-		switch {
-		case !keys[key]:
-			return keyError(fmt.Sprintf("unknown key %q", key))
-		case seen[key]:
-			return keyError(fmt.Sprintf("duplicate key %q", key))
-		}
-		seen[key] = true
-		if err := value(key); err != nil {
-			return err
-		}
-	}
-	_, err = d.Token()
-	return err
-}
-
-// eachElement reads an array (or null) from d, calling elem to read each
-// element.
-func eachElement(d *json.Decoder, elem func() error) error {
-	t, err := d.Token()
-	if err != nil || t == nil {
-		return err
-	}
-	if t != json.Delim('[') {
-		return keyError(fmt.Sprintf("%v where a list belongs", t))
-	}
-	for d.More() {
-		if err := elem(); err != nil {
-			return err
-		}
-	}
-	_, err = d.Token()
-	return err
-}
-
-// skipValue reads one value, however nested, from d.
-func skipValue(d *json.Decoder) error {
-	for depth := 0; ; {
-		t, err := d.Token()
-		if err != nil {
-			return err
-		}
-		switch t {
-		case json.Delim('{'), json.Delim('['):
-			depth++
-		case json.Delim('}'), json.Delim(']'):
-			depth--
-		}
-		if depth == 0 {
-			return nil
-		}
-	}
-}
-
-// keyError is a payload of valid JSON with a key, or a shape, that no frame has.
-type keyError string
-
-func (e keyError) Error() string { return string(e) }
 
 // check validates the fields a frame of its type must have.
 func (f *frame) check() error {
@@ -419,4 +421,26 @@ func (s *socketInfo) check() error {
 		return fmt.Errorf("socket %q: kind %q with network %q", s.Name, s.Kind, s.Network)
 	}
 	return nil
+}
+
+func (d *connDecl) check() error {
+	if d.Kind != kindTCPConn {
+		return fmt.Errorf("connection %q: kind %q", d.Name, d.Kind)
+	}
+	if len(d.Peer) > maxAddr || len(d.State) > MaxConnState {
+		return fmt.Errorf("connection %q: peer address or state too long (%d state bytes, limit %d)", d.Name, len(d.State), MaxConnState)
+	}
+	return d.socketInfo.check()
+}
+
+// expect turns an error frame into a *RemoteError and an unexpected frame
+// into a protocol error.
+func expect(f *frame, typ string) error {
+	switch f.Type {
+	case typ:
+		return nil
+	case typeError:
+		return &RemoteError{Code: f.Code, Message: f.Message}
+	}
+	return &FrameError{Type: f.Type, Err: ErrProtocol, Detail: "expected " + typ}
 }

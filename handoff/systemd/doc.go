@@ -4,6 +4,11 @@
 // descriptor store that keeps a listening socket (and its accept queue) open
 // while no process of the service runs.
 //
+// This comment is longer than a screen: it states the three systemd
+// protocols as this package follows and checks them, which no one
+// function's comment can hold. The API itself fits one screen: go doc
+// -short github.com/zerodrop/zerodrop/handoff/systemd.
+//
 // # Socket activation
 //
 // Activated reads LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES once, unsets them
