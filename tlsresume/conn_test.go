@@ -70,28 +70,7 @@ func TestConnExchange(t *testing.T) {
 	for _, suite := range allSuites {
 		t.Run(tls.CipherSuiteName(suite), func(t *testing.T) {
 			client, server := newPair(t, suite)
-			big := make([]byte, 3*maxPlaintext+17)
-			rand.Read(big)
-			go client.Write(big)
-			tlstest.ExpectRead(t, server, big)
-			if _, err := server.Write([]byte("pong")); err != nil {
-				t.Fatal(err)
-			}
-			tlstest.ExpectRead(t, client, []byte("pong"))
-			// The client asks for an update: the server answers with its own
-			// once it reads the request.
-			if err := client.UpdateKeys(true); err != nil {
-				t.Fatal(err)
-			}
-			client.Write([]byte("after"))
-			tlstest.ExpectRead(t, server, []byte("after"))
-			server.Write([]byte("reply"))
-			tlstest.ExpectRead(t, client, []byte("reply"))
-			if err := server.UpdateKeys(false); err != nil {
-				t.Fatal(err)
-			}
-			server.Write([]byte("again"))
-			tlstest.ExpectRead(t, client, []byte("again"))
+			tlstest.Exchange(t, client, server)
 			if client.in.seq != 1 || server.in.seq != 1 || client.out.seq != 1 {
 				t.Fatalf("sequence numbers after the updates: client in %d out %d, server in %d", client.in.seq, client.out.seq, server.in.seq)
 			}

@@ -21,15 +21,13 @@ func TestOpenSSLKeyUpdate(t *testing.T) {
 				netnstest.CheckLeaks(t)
 				s := startTLSServer(t, "first")
 				c := tlstest.StartSClient(t, s.Addr, tls.CipherSuiteName(suite))
-				c.Send(t, "GET /one HTTP/1.1\nHost: localhost\n")
-				c.Expect(t, "first /one")
+				c.Get(t, "first", "/one")
 				r := s.Rec(t, 0)
 				if k != "" {
-					c.Send(t, k)
-					c.Expect(t, "KEYUPDATE")
+					c.KeyUpdate(t, k)
 					waitUpdated(t, r, k == "K")
 				}
-				raw, st := take(t, r)
+				raw, st := tlstest.Take(t, r)
 				if st.Suite != suite {
 					t.Fatalf("suite %#04x, want %#04x", st.Suite, suite)
 				}
@@ -38,14 +36,11 @@ func TestOpenSSLKeyUpdate(t *testing.T) {
 					t.Fatal(err)
 				}
 				tlstest.Successor(t) <- conn
-				c.Send(t, "GET /two HTTP/1.1\nHost: localhost\n")
-				c.Expect(t, "successor /two")
+				c.Get(t, "successor", "/two")
 				if k != "" {
 					// And a KeyUpdate after the handover, answered by Conn.
-					c.Send(t, "K")
-					c.Expect(t, "KEYUPDATE")
-					c.Send(t, "GET /three HTTP/1.1\nHost: localhost\n")
-					c.Expect(t, "successor /three")
+					c.KeyUpdate(t, "K")
+					c.Get(t, "successor", "/three")
 				}
 				if n := s.Handshakes.Load(); n != 1 {
 					t.Fatalf("%d handshakes, want 1", n)
@@ -78,14 +73,12 @@ func TestOpenSSLChaChaRefused(t *testing.T) {
 	netnstest.CheckLeaks(t)
 	s := startTLSServer(t, "first")
 	c := tlstest.StartSClient(t, s.Addr, tls.CipherSuiteName(tls.TLS_CHACHA20_POLY1305_SHA256))
-	c.Send(t, "GET /one HTTP/1.1\nHost: localhost\n")
-	c.Expect(t, "first /one")
+	c.Get(t, "first", "/one")
 	r := s.Rec(t, 0)
 	err := prove(r)
 	var ue *UnsupportedSuiteError
 	if !errors.Is(err, ErrNotProven) || !errors.As(err, &ue) || ue.Suite != tls.TLS_CHACHA20_POLY1305_SHA256 {
 		t.Fatalf("ProveIdleHTTP: %v, want ErrNotProven with an *UnsupportedSuiteError", err)
 	}
-	c.Send(t, "GET /two HTTP/1.1\nHost: localhost\n")
-	c.Expect(t, "first /two")
+	c.Get(t, "first", "/two")
 }

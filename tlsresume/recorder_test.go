@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
@@ -28,21 +27,6 @@ func startTLSServer(t *testing.T, name string) *tlstest.Server[*Recorder] {
 // prove waits (bounded) until r proves, and returns the last error if not.
 func prove(r *Recorder) error {
 	return tlstest.Retry(r.ProveIdleHTTP)
-}
-
-// take proves r (bounded) and takes it, failing the test otherwise.
-func take(t *testing.T, r *Recorder) (net.Conn, *State) {
-	t.Helper()
-	if err := prove(r); err != nil {
-		t.Fatalf("not proven: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	raw, st, err := r.Take(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw, st
 }
 
 // get fetches path on the client's connection, and returns the body and the
@@ -120,7 +104,7 @@ func TestHandOverInProcess(t *testing.T) {
 				}
 			}
 			r := s.Rec(t, 0)
-			raw, st := take(t, r)
+			raw, st := tlstest.Take(t, r)
 			if st.ReadSeq == 0 || st.WriteSeq == 0 {
 				t.Fatalf("sequence numbers read %d write %d", st.ReadSeq, st.WriteSeq)
 			}

@@ -92,7 +92,7 @@ func TestTamperedAfterHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := s.Rec(t, 0)
-	raw, st := take(t, r)
+	raw, st := tlstest.Take(t, r)
 	conn, err := New(raw, st)
 	if err != nil {
 		t.Fatal(err)

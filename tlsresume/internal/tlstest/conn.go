@@ -2,6 +2,7 @@ package tlstest
 
 import (
 	"bytes"
+	"crypto/rand"
 	"io"
 	"net"
 	"testing"
@@ -57,4 +58,41 @@ func Retry(f func() error) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return err
+}
+
+// Conn is a TLS record layer that can update its keys (a *tlsresume.Conn).
+type Conn interface {
+	net.Conn
+	UpdateKeys(requestPeer bool) error
+}
+
+// Exchange runs, between the two ends of one session, writes in both
+// directions (the client's split into records: three of TLS's maximum
+// plaintext of 16 KiB and a part), then a KeyUpdate by the client that
+// requests the server's, then one by the server alone, each followed by
+// data read on the other side.
+func Exchange(t testing.TB, client, server Conn) {
+	t.Helper()
+	big := make([]byte, 3*16384+17)
+	rand.Read(big)
+	go client.Write(big)
+	ExpectRead(t, server, big)
+	if _, err := server.Write([]byte("pong")); err != nil {
+		t.Fatal(err)
+	}
+	ExpectRead(t, client, []byte("pong"))
+	// The client asks for an update: the server answers with its own once
+	// it reads the request.
+	if err := client.UpdateKeys(true); err != nil {
+		t.Fatal(err)
+	}
+	client.Write([]byte("after"))
+	ExpectRead(t, server, []byte("after"))
+	server.Write([]byte("reply"))
+	ExpectRead(t, client, []byte("reply"))
+	if err := server.UpdateKeys(false); err != nil {
+		t.Fatal(err)
+	}
+	server.Write([]byte("again"))
+	ExpectRead(t, client, []byte("again"))
 }

@@ -85,3 +85,18 @@ func (s *SClient) Send(t testing.TB, line string) {
 		t.Fatal(err)
 	}
 }
+
+// Get sends a GET of path and waits for the answer of Handler(name) to it.
+func (s *SClient) Get(t testing.TB, name, path string) {
+	t.Helper()
+	s.Send(t, "GET "+path+" HTTP/1.1\nHost: localhost\n")
+	s.Expect(t, name+" "+path)
+}
+
+// KeyUpdate has s_client send a KeyUpdate (k "K": requesting ours too,
+// "k": not) and waits until it says it did.
+func (s *SClient) KeyUpdate(t testing.TB, k string) {
+	t.Helper()
+	s.Send(t, k)
+	s.Expect(t, "KEYUPDATE")
+}
