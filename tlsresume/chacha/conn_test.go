@@ -75,28 +75,7 @@ func newPair(t *testing.T) (client, server *tlsresume.Conn, hold *holdConn) {
 // close_notify as io.EOF in the Conns continued from them.
 func TestConnExchange(t *testing.T) {
 	client, server, _ := newPair(t)
-	big := make([]byte, 3*16384+17)
-	rand.Read(big)
-	go client.Write(big)
-	tlstest.ExpectRead(t, server, big)
-	if _, err := server.Write([]byte("pong")); err != nil {
-		t.Fatal(err)
-	}
-	tlstest.ExpectRead(t, client, []byte("pong"))
-	// The client asks for an update: the server answers with its own once
-	// it reads the request.
-	if err := client.UpdateKeys(true); err != nil {
-		t.Fatal(err)
-	}
-	client.Write([]byte("after"))
-	tlstest.ExpectRead(t, server, []byte("after"))
-	server.Write([]byte("reply"))
-	tlstest.ExpectRead(t, client, []byte("reply"))
-	if err := server.UpdateKeys(false); err != nil {
-		t.Fatal(err)
-	}
-	server.Write([]byte("again"))
-	tlstest.ExpectRead(t, client, []byte("again"))
+	tlstest.Exchange(t, client, server)
 	craw, cst, err := client.Export(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,8 @@
 package chacha_test
 
 import (
-	"context"
 	"crypto/tls"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,37 +34,22 @@ func (c *countConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// countedServer is a tlstest.Server whose sockets are counted (countConn)
-// under their Recorders.
-type countedServer struct {
-	*tlstest.Server[*tlsresume.Recorder]
-	mu     sync.Mutex
-	counts []*countConn
+// countedRecorder is a Recorder with the byte counts of the socket under
+// it.
+type countedRecorder struct {
+	*tlsresume.Recorder
+	counts *countConn
 }
 
-func startTLSServer(t *testing.T, name string) *countedServer {
+// startTLSServer starts an HTTPS server answering "name path" whose
+// connections run over countedRecorders of one Capture.
+func startTLSServer(t *testing.T, name string) *tlstest.Server[countedRecorder] {
 	t.Helper()
 	var capture tlsresume.Capture
-	s := &countedServer{}
-	s.Server = tlstest.StartServer(t, name, capture.Config, func(c net.Conn) *tlsresume.Recorder {
+	return tlstest.StartServer(t, name, capture.Config, func(c net.Conn) countedRecorder {
 		cc := &countConn{Conn: c}
-		s.mu.Lock()
-		s.counts = append(s.counts, cc)
-		s.mu.Unlock()
-		return capture.Wrap(cc)
+		return countedRecorder{capture.Wrap(cc), cc}
 	})
-	return s
-}
-
-// count returns the countConn of the i-th connection accepted.
-func (s *countedServer) count(t *testing.T, i int) *countConn {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i >= len(s.counts) {
-		t.Fatalf("connection %d asked for, %d accepted", i, len(s.counts))
-	}
-	return s.counts[i]
 }
 
 // waitBytes waits (bounded) until more than n bytes were counted.
@@ -90,28 +73,19 @@ func TestOpenSSLKeyUpdate(t *testing.T) {
 			netnstest.CheckLeaks(t)
 			s := startTLSServer(t, "first")
 			c := tlstest.StartSClient(t, s.Addr, tls.CipherSuiteName(suite))
-			c.Send(t, "GET /one HTTP/1.1\nHost: localhost\n")
-			c.Expect(t, "first /one")
-			r, cc := s.Rec(t, 0), s.count(t, 0)
+			c.Get(t, "first", "/one")
+			r := s.Rec(t, 0)
+			cc := r.counts
 			if k != "" {
 				read, written := cc.read.Load(), cc.written.Load()
-				c.Send(t, k)
-				c.Expect(t, "KEYUPDATE")
+				c.KeyUpdate(t, k)
 				// The Recorder has seen the KeyUpdate (and our answer).
 				waitBytes(t, "KeyUpdate read", &cc.read, read)
 				if k == "K" {
 					waitBytes(t, "KeyUpdate written", &cc.written, written)
 				}
 			}
-			if err := tlstest.Retry(r.ProveIdleHTTP); err != nil {
-				t.Fatalf("not proven: %v", err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			raw, st, err := r.Take(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			raw, st := tlstest.Take(t, r)
 			if st.Suite != suite {
 				t.Fatalf("suite %#04x, want %#04x", st.Suite, suite)
 			}
@@ -120,14 +94,11 @@ func TestOpenSSLKeyUpdate(t *testing.T) {
 				t.Fatal(err)
 			}
 			tlstest.Successor(t) <- conn
-			c.Send(t, "GET /two HTTP/1.1\nHost: localhost\n")
-			c.Expect(t, "successor /two")
+			c.Get(t, "successor", "/two")
 			if k != "" {
 				// And a KeyUpdate after the handover, answered by Conn.
-				c.Send(t, "K")
-				c.Expect(t, "KEYUPDATE")
-				c.Send(t, "GET /three HTTP/1.1\nHost: localhost\n")
-				c.Expect(t, "successor /three")
+				c.KeyUpdate(t, "K")
+				c.Get(t, "successor", "/three")
 			}
 			if n := s.Handshakes.Load(); n != 1 {
 				t.Fatalf("%d handshakes, want 1", n)
