@@ -68,33 +68,6 @@ func tlsServer(t *testing.T, cert *netnstest.Cert, keys *ticket.Keys) *tls.Confi
 	return sc
 }
 
-// resumed runs a TLS handshake of a client of cc with a server of sc over a
-// pipe (the client reads one byte, so it stores the TLS 1.3 ticket) and
-// returns the server's DidResume.
-func resumed(t *testing.T, sc, cc *tls.Config) bool {
-	t.Helper()
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	srv := tls.Server(a, sc)
-	done := make(chan error, 1)
-	go func() {
-		err := srv.Handshake()
-		if err == nil {
-			_, err = srv.Write([]byte{1})
-		}
-		done <- err
-	}()
-	cl := tls.Client(b, cc)
-	if _, err := io.ReadFull(cl, make([]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	return srv.ConnectionState().DidResume
-}
-
 // The ticket keys of a predecessor with Config.TicketKeys reach a successor
 // with Config.TicketKeys: a ticket the predecessor's TLS server issued
 // resumes at the successor's. The controls: a successor without keys of the
@@ -137,10 +110,10 @@ func TestTicketKeysHandedOver(t *testing.T) {
 				}
 				cc := cert.Client()
 				cc.ClientSessionCache = tls.NewLRUClientSessionCache(4)
-				resumed(t, tlsServer(t, cert, pk), cc) // a ticket under the predecessor's keys
+				netnstest.Resumed(t, tlsServer(t, cert, pk), cc) // a ticket under the predecessor's keys
 				own := cert.Client()
 				own.ClientSessionCache = tls.NewLRUClientSessionCache(4)
-				resumed(t, tlsServer(t, cert, sk), own) // one under the successor's own
+				netnstest.Resumed(t, tlsServer(t, cert, sk), own) // one under the successor's own
 
 				scfg := Config{Path: path, Logger: zap.New(core)}
 				if tc.succ {
@@ -157,11 +130,11 @@ func TestTicketKeysHandedOver(t *testing.T) {
 				if err := u.Ready(); err != nil {
 					t.Fatal(err)
 				}
-				if got := resumed(t, tlsServer(t, cert, sk), cc); got != tc.wantResumed {
+				if got := netnstest.Resumed(t, tlsServer(t, cert, sk), cc); got != tc.wantResumed {
 					t.Errorf("predecessor's ticket resumed at the successor: %v, want %v", got, tc.wantResumed)
 				}
 				if tc.succ {
-					if got := resumed(t, tlsServer(t, cert, sk), own); got != tc.wantSuccKeys {
+					if got := netnstest.Resumed(t, tlsServer(t, cert, sk), own); got != tc.wantSuccKeys {
 						t.Errorf("successor's own ticket resumed: %v, want %v", got, tc.wantSuccKeys)
 					}
 				}
