@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"testing"
-
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"github.com/zerodrop/zerodrop"
@@ -24,6 +22,7 @@ import (
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	quicdrain "github.com/zerodrop/zerodrop/quicdrain"
 	"github.com/zerodrop/zerodrop/reuseport"
+	"testing"
 )
 
 func TestMain(m *testing.M) {
@@ -158,9 +157,13 @@ func serve(ctx context.Context, srv *http3.Server, gen *atomic.Uint64) error {
 	hs.TLSConfig.NextProtos = nil
 	rep, err := quicdrain.Serve(ctx, hs, []string{os.Getenv(envAddr)}, quicdrain.ServeOptions{
 		Options: zerodrop.Options{Grace: grace,
-			Handoff:   handoff.Config{Path: os.Getenv(envHandoff), Listen: reuseport.Config{Options: reuseport.Options{RecvBuffer: 2 << 20}}},
-			Successor: func() *exec.Cmd { return successorCmd() },
-			OnListen:  func(g uint64, _ []net.Addr) { gen.Store(g) },
+			Handoff: handoff.Config{Path: os.Getenv(envHandoff), Listen: reuseport.Config{Options: reuseport.Options{RecvBuffer: 2 << 20}}},
+			Successor: func() *exec.Cmd {
+				cmd := exec.Command(os.Args[0], os.Args[1:]...)
+				cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+				return cmd
+			},
+			OnListen: func(g uint64, _ []net.Addr) { gen.Store(g) },
 			OnServing: func(g uint64, _ []net.Addr) {
 				fmt.Printf("ready %d %d\n", g, os.Getpid())
 			}},
