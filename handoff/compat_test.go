@@ -3,6 +3,7 @@ package handoff
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"testing"
@@ -71,6 +72,60 @@ func offerOne(t *testing.T, c *conn, l *reuseport.Listener, offer *frame) error 
 	return err
 }
 
+// listenTCP is a reuseport TCP listener on 127.0.0.1, closed when the test
+// ends.
+func listenTCP(t *testing.T) *reuseport.Listener {
+	t.Helper()
+	l, err := reuseport.Listen(context.Background(), "tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// legacyOffer is the offer of an older release: l as its one socket
+// "http", declared by its version 1 digest.
+func legacyOffer(l *reuseport.Listener) *frame {
+	return &frame{Type: typeOffer, Sockets: []socketInfo{{Name: "http", Kind: kindTCP, Network: "tcp4", Address: l.Addr().String(), Digest: l.Digest().LegacyString()}}}
+}
+
+// oldRelease is a fake predecessor of an older release, which does not know
+// a key of the successor's hello.
+type oldRelease struct {
+	hellos []*frame        // the successor's hellos, in order
+	ready  *frame          // its ready frame, if one came
+	done   <-chan struct{} // closed once it is over; then hellos and ready may be read
+}
+
+// serveOldRelease serves path as an oldRelease (two conversations at
+// most): it refuses a hello that has key (as has says) with what that
+// release's strict version 1 decoder says, a protocol error (unknown key);
+// to a hello without it, it offers l (legacyOffer) and answers the ready
+// frame with done.
+func serveOldRelease(t *testing.T, path string, l *reuseport.Listener, key string, has func(hello *frame) bool) *oldRelease {
+	t.Helper()
+	o := &oldRelease{}
+	o.done = servePredecessor(t, path, 2, func(c *conn, hello *frame) bool {
+		o.hellos = append(o.hellos, hello)
+		if has(hello) {
+			fe := &FrameError{Err: ErrProtocol, Detail: fmt.Sprintf("unknown key %q", key)}
+			c.send(&frame{Type: typeError, Code: codeProtocol, Message: fe.Error()}, nil)
+			return true
+		}
+		if err := offerOne(t, c, l, legacyOffer(l)); err != nil {
+			t.Errorf("predecessor: %v", err)
+			return false
+		}
+		if r, _, err := c.recv(0); err == nil && r.Type == typeReady {
+			o.ready = r
+			c.send(&frame{Type: typeDone, Generation: r.Generation}, nil)
+		}
+		return false
+	})
+	return o
+}
+
 // A predecessor of a newer release declares option values, among them one
 // this release does not read, and our version of one it does not read
 // missing: the successor compares the options both know and inherits. A
@@ -78,11 +133,7 @@ func offerOne(t *testing.T, c *conn, l *reuseport.Listener, offer *frame) error 
 func TestOfferWithOptionValues(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		ctx := context.Background()
-		l, err := reuseport.Listen(ctx, "tcp4", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		l := listenTCP(t)
 		for _, tc := range []struct {
 			name  string
 			edit  func(set map[string]string)
@@ -144,28 +195,10 @@ func TestOfferWithOptionValues(t *testing.T) {
 func TestOldPredecessor(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		ctx := context.Background()
-		l, err := reuseport.Listen(ctx, "tcp4", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		l := listenTCP(t)
 		path := handoffPath(t)
 		before := netnstest.FDCount(t)
-		hellos := 0
-		done := servePredecessor(t, path, 2, func(c *conn, hello *frame) bool {
-			hellos++
-			if hello.Options {
-				// What the strict version 1 decoder of that release says.
-				fe := &FrameError{Err: ErrProtocol, Detail: `unknown key "options"`}
-				c.send(&frame{Type: typeError, Code: codeProtocol, Message: fe.Error()}, nil)
-				return true
-			}
-			offer := &frame{Type: typeOffer, Sockets: []socketInfo{{Name: "http", Kind: kindTCP, Network: "tcp4", Address: l.Addr().String(), Digest: l.Digest().LegacyString()}}}
-			if err := offerOne(t, c, l, offer); err != nil {
-				t.Errorf("predecessor: %v", err)
-			}
-			return false
-		})
+		old := serveOldRelease(t, path, l, "options", func(hello *frame) bool { return hello.Options })
 		u, err := New(ctx, Config{Path: path, Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("New against an older predecessor: %v", err)
@@ -179,9 +212,9 @@ func TestOldPredecessor(t *testing.T) {
 		}
 		ln.Close()
 		u.Close()
-		<-done
-		if hellos != 2 {
-			t.Errorf("%d hellos, want 2 (with values, then without)", hellos)
+		<-old.done
+		if len(old.hellos) != 2 {
+			t.Errorf("%d hellos, want 2 (with values, then without)", len(old.hellos))
 		}
 		settleFDs(t, before)
 	})

@@ -245,32 +245,9 @@ func TestOldPredecessorConns(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
 		ctx := context.Background()
-		l, err := reuseport.Listen(ctx, "tcp4", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		l := listenTCP(t)
 		path := handoffPath(t)
-		var hellos []*frame
-		var ready *frame
-		done := servePredecessor(t, path, 2, func(c *conn, hello *frame) bool {
-			hellos = append(hellos, hello)
-			if hello.MaxVersion != 0 {
-				fe := &FrameError{Err: ErrProtocol, Detail: `unknown key "max_version"`}
-				c.send(&frame{Type: typeError, Code: codeProtocol, Message: fe.Error()}, nil)
-				return true
-			}
-			offer := &frame{Type: typeOffer, Sockets: []socketInfo{{Name: "http", Kind: kindTCP, Network: "tcp4", Address: l.Addr().String(), Digest: l.Digest().LegacyString()}}}
-			if err := offerOne(t, c, l, offer); err != nil {
-				t.Errorf("predecessor: %v", err)
-				return false
-			}
-			if r, _, err := c.recv(0); err == nil && r.Type == typeReady {
-				ready = r
-				c.send(&frame{Type: typeDone, Generation: r.Generation}, nil)
-			}
-			return false
-		})
+		old := serveOldRelease(t, path, l, "max_version", func(hello *frame) bool { return hello.MaxVersion != 0 })
 		u, err := New(ctx, Config{Path: path, Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("New against a version 1 predecessor: %v", err)
@@ -285,7 +262,8 @@ func TestOldPredecessorConns(t *testing.T) {
 		if err := u.Ready(); err != nil {
 			t.Fatal(err)
 		}
-		<-done
+		<-old.done
+		hellos, ready := old.hellos, old.ready
 		if len(hellos) != 2 || hellos[0].MaxVersion != Version || hellos[1].MaxVersion != 0 || hellos[1].Version != 1 {
 			t.Errorf("hellos %+v; want one with max_version %d, then one of version 1 without", hellos, Version)
 		}
@@ -342,11 +320,7 @@ func TestConnsRefused(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		netnstest.CheckLeaks(t)
 		ctx := context.Background()
-		l, err := reuseport.Listen(ctx, "tcp4", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		l := listenTCP(t)
 		var conns []*net.TCPConn
 		for range 2 {
 			client, err := net.Dial("tcp4", l.Addr().String())

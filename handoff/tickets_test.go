@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
-	"github.com/zerodrop/zerodrop/reuseport"
 	"github.com/zerodrop/zerodrop/ticket"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -69,33 +68,6 @@ func tlsServer(t *testing.T, cert *netnstest.Cert, keys *ticket.Keys) *tls.Confi
 	return sc
 }
 
-// resumed runs a TLS handshake of a client of cc with a server of sc over a
-// pipe (the client reads one byte, so it stores the TLS 1.3 ticket) and
-// returns the server's DidResume.
-func resumed(t *testing.T, sc, cc *tls.Config) bool {
-	t.Helper()
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	srv := tls.Server(a, sc)
-	done := make(chan error, 1)
-	go func() {
-		err := srv.Handshake()
-		if err == nil {
-			_, err = srv.Write([]byte{1})
-		}
-		done <- err
-	}()
-	cl := tls.Client(b, cc)
-	if _, err := io.ReadFull(cl, make([]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	return srv.ConnectionState().DidResume
-}
-
 // The ticket keys of a predecessor with Config.TicketKeys reach a successor
 // with Config.TicketKeys: a ticket the predecessor's TLS server issued
 // resumes at the successor's. The controls: a successor without keys of the
@@ -105,14 +77,6 @@ func TestTicketKeysHandedOver(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		ctx := context.Background()
 		cert := netnstest.NewCert(t)
-		newKeys := func() *ticket.Keys {
-			k, err := ticket.New()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { k.Close() })
-			return k
-		}
 		for _, tc := range []struct {
 			name         string
 			pred, succ   bool // which side has TicketKeys
@@ -126,7 +90,7 @@ func TestTicketKeysHandedOver(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				path := handoffPath(t)
 				before := netnstest.FDCount(t)
-				pk, sk := newKeys(), newKeys()
+				pk, sk := newKeys(t), newKeys(t)
 				core, logs := observer.New(zap.DebugLevel)
 				cfg := Config{Path: path, Logger: zap.New(core)}
 				if tc.pred {
@@ -146,10 +110,10 @@ func TestTicketKeysHandedOver(t *testing.T) {
 				}
 				cc := cert.Client()
 				cc.ClientSessionCache = tls.NewLRUClientSessionCache(4)
-				resumed(t, tlsServer(t, cert, pk), cc) // a ticket under the predecessor's keys
+				netnstest.Resumed(t, tlsServer(t, cert, pk), cc) // a ticket under the predecessor's keys
 				own := cert.Client()
 				own.ClientSessionCache = tls.NewLRUClientSessionCache(4)
-				resumed(t, tlsServer(t, cert, sk), own) // one under the successor's own
+				netnstest.Resumed(t, tlsServer(t, cert, sk), own) // one under the successor's own
 
 				scfg := Config{Path: path, Logger: zap.New(core)}
 				if tc.succ {
@@ -166,11 +130,11 @@ func TestTicketKeysHandedOver(t *testing.T) {
 				if err := u.Ready(); err != nil {
 					t.Fatal(err)
 				}
-				if got := resumed(t, tlsServer(t, cert, sk), cc); got != tc.wantResumed {
+				if got := netnstest.Resumed(t, tlsServer(t, cert, sk), cc); got != tc.wantResumed {
 					t.Errorf("predecessor's ticket resumed at the successor: %v, want %v", got, tc.wantResumed)
 				}
 				if tc.succ {
-					if got := resumed(t, tlsServer(t, cert, sk), own); got != tc.wantSuccKeys {
+					if got := netnstest.Resumed(t, tlsServer(t, cert, sk), own); got != tc.wantSuccKeys {
 						t.Errorf("successor's own ticket resumed: %v, want %v", got, tc.wantSuccKeys)
 					}
 				}
@@ -191,32 +155,11 @@ func TestTicketKeysHandedOver(t *testing.T) {
 func TestTicketsOldPredecessor(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		ctx := context.Background()
-		l, err := reuseport.Listen(ctx, "tcp4", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		l := listenTCP(t)
 		path := handoffPath(t)
 		before := netnstest.FDCount(t)
-		var asked []bool
-		done := servePredecessor(t, path, 2, func(c *conn, hello *frame) bool {
-			asked = append(asked, hello.Tickets)
-			if hello.Tickets {
-				fe := &FrameError{Err: ErrProtocol, Detail: `unknown key "tickets"`}
-				c.send(&frame{Type: typeError, Code: codeProtocol, Message: fe.Error()}, nil)
-				return true
-			}
-			offer := &frame{Type: typeOffer, Sockets: []socketInfo{{Name: "http", Kind: kindTCP, Network: "tcp4", Address: l.Addr().String(), Digest: l.Digest().LegacyString()}}}
-			if err := offerOne(t, c, l, offer); err != nil {
-				t.Errorf("predecessor: %v", err)
-			}
-			return false
-		})
-		keys, err := ticket.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer keys.Close()
+		old := serveOldRelease(t, path, l, "tickets", func(hello *frame) bool { return hello.Tickets })
+		keys := newKeys(t)
 		u, err := New(ctx, Config{Path: path, Timeout: 5 * time.Second, TicketKeys: keys})
 		if err != nil {
 			t.Fatalf("New against a predecessor without ticket keys: %v", err)
@@ -227,7 +170,11 @@ func TestTicketsOldPredecessor(t *testing.T) {
 		}
 		ln.Close()
 		u.Close()
-		<-done
+		<-old.done
+		var asked []bool
+		for _, hello := range old.hellos {
+			asked = append(asked, hello.Tickets)
+		}
 		if fmt.Sprint(asked) != "[true false]" {
 			t.Errorf("hellos asked for tickets: %v, want [true false]", asked)
 		}
@@ -242,11 +189,7 @@ func TestTicketsOldPredecessor(t *testing.T) {
 func TestTicketsOnlyWhenAsked(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		path := handoffPath(t)
-		keys, err := ticket.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer keys.Close()
+		keys := newKeys(t)
 		u := mustReady(t, Config{Path: path, TicketKeys: keys}, 1)
 		defer u.Close()
 		c := fakeSuccessorOffer(t, path, true)
@@ -282,15 +225,12 @@ func TestTicketsOnlyWhenAsked(t *testing.T) {
 func TestTicketsUnasked(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
 		ctx := context.Background()
-		l, err := reuseport.Listen(ctx, "tcp4", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		l := listenTCP(t)
 		path := handoffPath(t)
 		before := netnstest.FDCount(t)
 		done := servePredecessor(t, path, 1, func(c *conn, hello *frame) bool {
-			offer := &frame{Type: typeOffer, Tickets: true, Sockets: []socketInfo{{Name: "http", Kind: kindTCP, Network: "tcp4", Address: l.Addr().String(), Digest: l.Digest().LegacyString()}}}
+			offer := legacyOffer(l)
+			offer.Tickets = true
 			offerOne(t, c, l, offer) // the successor stops at the offer
 			return false
 		})
@@ -313,11 +253,7 @@ func TestTicketsNotToRefusedPeer(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: 0}, func(t *testing.T) {
 		exe := netnstest.ExecutableCopy(t)
 		path := fmt.Sprintf("@zerodrop-test-%d-tickets", os.Getpid()) // nobody may connect to it
-		keys, err := ticket.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer keys.Close()
+		keys := newKeys(t)
 		u := mustReady(t, Config{Path: path, TicketKeys: keys}, 1)
 		defer u.Close()
 		run := func(cred *syscall.Credential) string {
@@ -344,6 +280,17 @@ func TestTicketsNotToRefusedPeer(t *testing.T) {
 			t.Fatalf("successor as our uid (the control): %q, want got tickets 1", got)
 		}
 	})
+}
+
+// newKeys is a fresh set of ticket keys, closed when the test ends.
+func newKeys(t *testing.T) *ticket.Keys {
+	t.Helper()
+	k, err := ticket.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	return k
 }
 
 // checkNoKeyLogged fails t if any log entry (message or field, as JSON)

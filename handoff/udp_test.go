@@ -119,7 +119,7 @@ func TestUDPHandoffNoQueryLost(t *testing.T) {
 		addr := "127.0.0.1:5353"
 		env := []string{"ZERODROP_TEST_HELPER=udpdns", envPath + "=" + filepath.Join(t.TempDir(), "handoff.sock"), envAddr + "=" + addr}
 		s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
-		pid := udpField(t, s.Expect(t, "ready 1 "), 2)
+		pid := netnstest.Field(t, s.Expect(t, "ready 1 "), 2)
 		q := startQueries(t, addr, 8)
 		q.waitGen(t, 1, 20)
 		reads := map[int]int{}
@@ -127,8 +127,8 @@ func TestUDPHandoffNoQueryLost(t *testing.T) {
 			if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 				t.Fatal(err)
 			}
-			next := udpField(t, s.Expect(t, fmt.Sprintf("ready %d ", gen+1)), 2)
-			reads[gen] = udpField(t, s.Expect(t, fmt.Sprintf("report %d ", gen)), 2)
+			next := netnstest.Field(t, s.Expect(t, fmt.Sprintf("ready %d ", gen+1)), 2)
+			reads[gen] = netnstest.Field(t, s.Expect(t, fmt.Sprintf("report %d ", gen)), 2)
 			if ws := s.Reap(t, pid, 30*time.Second); ws.ExitStatus() != 0 {
 				t.Errorf("generation %d exited with %v", gen, ws)
 			}
@@ -137,8 +137,8 @@ func TestUDPHandoffNoQueryLost(t *testing.T) {
 		}
 		sent, answered, lost, byGen, firstErr := q.stop()
 		syscall.Kill(pid, syscall.SIGHUP) // one more successor, so the last one reports its reads
-		udpField(t, s.Expect(t, fmt.Sprintf("ready %d ", n+2)), 2)
-		reads[n+1] = udpField(t, s.Expect(t, fmt.Sprintf("report %d ", n+1)), 2)
+		netnstest.Field(t, s.Expect(t, fmt.Sprintf("ready %d ", n+2)), 2)
+		reads[n+1] = netnstest.Field(t, s.Expect(t, fmt.Sprintf("report %d ", n+1)), 2)
 		total := 0
 		for _, r := range reads {
 			total += r
@@ -157,19 +157,6 @@ func TestUDPHandoffNoQueryLost(t *testing.T) {
 			}
 		}
 	})
-}
-
-func udpField(t *testing.T, line string, i int) int {
-	t.Helper()
-	f := strings.Fields(line)
-	if len(f) <= i {
-		t.Fatalf("line %q: no field %d", line, i)
-	}
-	v, err := strconv.Atoi(f[i])
-	if err != nil {
-		t.Fatalf("line %q: %v", line, err)
-	}
-	return v
 }
 
 // queries is the DNS-style load: clients that each send a query, wait for

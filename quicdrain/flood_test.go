@@ -3,7 +3,6 @@ package quicdrain
 import (
 	"crypto/rand"
 	"net"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,17 +18,14 @@ import (
 // by cause); the table stays within MaxHandshakes and the handover within
 // it; the heap stays bounded.
 func TestInitialFloodDuringSwitch(t *testing.T) {
-	goroutines, fds := runtime.NumGoroutine(), fdCount()
-	func() {
+	noLeaks(t, func() {
 		p := newPair(t, Config{Queue: 8, MaxHandshakes: 128})
 		c, err := net.DialUDP("udp", nil, p.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		var m0 runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&m0)
+		checkHeap := heapBound(t)
 		key := p.old.codec.Load().key
 		unborn, _ := newCIDCodec(key, 9)
 		gone, _ := newCIDCodec(key, 200)
@@ -61,7 +57,7 @@ func TestInitialFloodDuringSwitch(t *testing.T) {
 				send(garbage)
 				for _, cc := range []*cidCodec{unborn, gone} {
 					id, _ := cc.GenerateConnectionID()
-					send(append([]byte{0x40}, append(id.Bytes(), make([]byte, 40)...)...))
+					send(shortPacket(id.Bytes(), 40))
 				}
 			}
 		}()
@@ -91,25 +87,9 @@ func TestInitialFloodDuringSwitch(t *testing.T) {
 		if st.DropGone == 0 || st.DropQueue == 0 || old.DropQueue == 0 || st.Malformed == 0 {
 			t.Errorf("drops: new %+v, old %+v; want unborn and gone generations dropped, queues full, garbage", st, old)
 		}
-		var m1 runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&m1)
-		if grew := int64(m1.HeapInuse) - int64(m0.HeapInuse); grew > 32<<20 {
-			t.Errorf("heap grew by %d MiB", grew>>20)
-		}
+		checkHeap()
 		t.Logf("sent %d\nold: %+v\nnew: %+v", sent.Load(), old, st)
 		p.new.Close()
 		p.old.Close()
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if g := runtime.NumGoroutine(); g > goroutines {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines, %d before:\n%s", g, goroutines, buf[:runtime.Stack(buf, true)])
-	}
-	if f := fdCount(); f != fds {
-		t.Errorf("%d fds open, %d before", f, fds)
-	}
+	})
 }

@@ -26,7 +26,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	netnstest.RegisterHelper("h3gen", h3genMain)
+	netnstest.RegisterHelper("h3gen", helperMain(h3gen))
 	netnstest.HelperMain()
 	os.Exit(m.Run())
 }
@@ -53,34 +53,60 @@ const (
 	envMode = "ZD_MODE"
 )
 
-// h3genMain is one generation of an HTTP/3 server: it answers each POST
-// with "gen <generation> <body length>". On SIGHUP it starts its successor
-// (the same command); once that one is ready it stops. It prints "ready
-// <generation> <pid>" and, at the end, "report <generation> <json of
-// quicdrain.Report>" (zerodrop) or "report <generation> naive".
-func h3genMain() {
-	if err := h3gen(); err != nil {
-		fmt.Printf("error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
-		os.Exit(1)
+// helperMain is the main of a helper process that runs run: on an error,
+// it prints "error <the error on one line>" and exits with status 1.
+func helperMain(run func() error) func() {
+	return func() {
+		if err := run(); err != nil {
+			fmt.Printf("error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			os.Exit(1)
+		}
 	}
 }
 
+// h3Server is the HTTP/3 server of a helper generation, with the
+// certificate of envCert and envKey and the QUIC configuration qc: it
+// answers each POST with "gen <gen()> <body length>".
+func h3Server(gen func() uint64, qc *quic.Config) (*http3.Server, error) {
+	cert, err := tls.LoadX509KeyPair(os.Getenv(envCert), os.Getenv(envKey))
+	if err != nil {
+		return nil, err
+	}
+	return &http3.Server{
+		TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
+		QUICConfig: qc,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, "gen %d %d", gen(), n)
+		}),
+	}, nil
+}
+
+// successorCmd is the command of a helper's successor: this process's
+// command, with its output, and env added to its environment.
+func successorCmd(env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], os.Args[1:]...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	return cmd
+}
+
+// h3gen is one generation of an HTTP/3 server (the "h3gen" helper): it
+// answers each POST with "gen <generation> <body length>". On SIGHUP it
+// starts its successor (the same command); once that one is ready it
+// stops. It prints "ready <generation> <pid>" and, at the end, "report
+// <generation> <json of quicdrain.Report>" (zerodrop) or "report
+// <generation> naive".
 func h3gen() error {
 	ctx := context.Background()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	cert, err := tls.LoadX509KeyPair(os.Getenv(envCert), os.Getenv(envKey))
+	var gen atomic.Uint64
+	srv, err := h3Server(gen.Load, &quic.Config{MaxIdleTimeout: idleTimeout, HandshakeIdleTimeout: idleTimeout, Tracer: refusals.tracer})
 	if err != nil {
 		return err
-	}
-	var gen atomic.Uint64
-	srv := &http3.Server{
-		TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
-		QUICConfig: &quic.Config{MaxIdleTimeout: idleTimeout, HandshakeIdleTimeout: idleTimeout, Tracer: refusals.tracer},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n, _ := io.Copy(io.Discard, r.Body)
-			fmt.Fprintf(w, "gen %d %d", gen.Load(), n)
-		}),
 	}
 	if os.Getenv(envMode) == "serve" {
 		return serve(ctx, srv, &gen)
@@ -192,8 +218,7 @@ func waitSuccessor(u *handoff.Upgrader, hup chan os.Signal) error {
 	for {
 		select {
 		case <-hup:
-			cmd := exec.Command(os.Args[0], os.Args[1:]...)
-			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+			cmd := successorCmd()
 			if err := cmd.Start(); err != nil {
 				return err
 			}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -24,9 +23,8 @@ import (
 // the later ones by the second; the report says 1 connection told and
 // finished, none forced; goroutines and fds are back once both closed.
 func TestHTTP3Shutdown(t *testing.T) {
-	goroutines, fds := runtime.NumGoroutine(), fdCount()
-	cert := netnstest.NewCert(t)
-	func() {
+	noLeaks(t, func() {
+		cert := netnstest.NewCert(t)
 		p := newPair(t, Config{})
 		serve := func(g *Gen) *HTTP3 {
 			srv := &http3.Server{
@@ -96,16 +94,5 @@ func TestHTTP3Shutdown(t *testing.T) {
 			t.Errorf("last generation's report %+v: want ErrNoSuccessor, 1 told, 0 forced, within 5 s (it reads until it closes)", rep2)
 		}
 		t.Logf("answers %v; report %+v; last %+v", byGen, rep, rep2)
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if g := runtime.NumGoroutine(); g > goroutines {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines, %d before:\n%s", g, goroutines, buf[:runtime.Stack(buf, true)])
-	}
-	if f := fdCount(); f != fds {
-		t.Errorf("%d fds open, %d before", f, fds)
-	}
+	})
 }

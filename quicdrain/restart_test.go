@@ -195,30 +195,12 @@ func (l *h3load) String() string {
 // restarts runs the h3gen helper in mode through n restarts under the
 // load, and returns the load and the report lines.
 func restarts(t *testing.T, mode string, n, persistent, fresh int) (*h3load, []string) {
-	bin := netnstest.ExecutableCopy(t)
-	dir := t.TempDir()
-	cert, err := netnstest.WriteCert(dir, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fwd := filepath.Join(dir, "fwd")
-	if err := os.Mkdir(fwd, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	addr := "127.0.0.1:4433"
-	env := []string{"ZERODROP_TEST_HELPER=h3gen", envHandoff + "=" + filepath.Join(dir, "handoff.sock"), envAddr + "=" + addr,
-		envDir + "=" + fwd, envCert + "=" + cert.CertFile, envKey + "=" + cert.KeyFile, envMode + "=" + mode,
-		"QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=1"}
-	s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
-	pid := field(t, s.Expect(t, "ready 1 "), 2)
-	l := startH3Load(t, "https://"+addr+"/", cert.Client(http3.NextProtoH3), persistent, fresh)
-	l.waitGen(t, 1, 20)
+	f := newH3Files(t)
+	env := append(f.env("h3gen"), envHandoff+"="+filepath.Join(f.dir, "handoff.sock"), envMode+"="+mode)
+	s, pid, l := startH3(t, f, env, persistent, fresh)
 	var reports []string
 	for gen := 1; gen <= n; gen++ {
-		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
-			t.Fatal(err)
-		}
-		next := field(t, s.Expect(t, fmt.Sprintf("ready %d ", gen+1)), 2)
+		next := hup(t, s, pid, gen)
 		reports = append(reports, s.Expect(t, fmt.Sprintf("report %d ", gen)))
 		if ws := s.Reap(t, pid, 30*time.Second); ws.ExitStatus() != 0 {
 			t.Errorf("generation %d exited with %v", gen, ws)
@@ -230,17 +212,58 @@ func restarts(t *testing.T, mode string, n, persistent, fresh int) (*h3load, []s
 	return l, reports
 }
 
-func field(t *testing.T, line string, i int) int {
+// h3Addr is where the h3 helpers serve (in the test's namespace).
+const h3Addr = "127.0.0.1:4433"
+
+// h3Files are what an h3 helper is given, in a fresh temporary directory
+// (dir): a certificate, and the directory of its forwarding sockets (fwd).
+type h3Files struct {
+	dir, fwd string
+	cert     *netnstest.Cert
+}
+
+func newH3Files(t *testing.T) h3Files {
 	t.Helper()
-	f := strings.Fields(line)
-	if len(f) <= i {
-		t.Fatalf("line %q: no field %d", line, i)
+	f := h3Files{dir: t.TempDir()}
+	var err error
+	if f.cert, err = netnstest.WriteCert(f.dir, time.Hour); err != nil {
+		t.Fatal(err)
 	}
-	v, err := strconv.Atoi(f[i])
-	if err != nil {
-		t.Fatalf("line %q: %v", line, err)
+	f.fwd = filepath.Join(f.dir, "fwd")
+	if err := os.Mkdir(f.fwd, 0o700); err != nil {
+		t.Fatal(err)
 	}
-	return v
+	return f
+}
+
+// env is the environment of the helper ("h3gen" or "h3steer") serving
+// h3Addr with these files.
+func (f h3Files) env(helper string) []string {
+	return []string{"ZERODROP_TEST_HELPER=" + helper, envAddr + "=" + h3Addr, envDir + "=" + f.fwd,
+		envCert + "=" + f.cert.CertFile, envKey + "=" + f.cert.KeyFile, "QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=1"}
+}
+
+// startH3 starts generation 1 of the helper of env (a copy of the test
+// binary, under a subreaper) and, once it is ready, the HTTP/3 load of
+// persistent and fresh clients trusting f's certificate; it returns once
+// generation 1 answered 20 requests, with generation 1's pid.
+func startH3(t *testing.T, f h3Files, env []string, persistent, fresh int) (*netnstest.Subreaped, int, *h3load) {
+	t.Helper()
+	s := netnstest.StartSubreaped(t, netnstest.ExecutableCopy(t), env, "-test.run=^$")
+	pid := netnstest.Field(t, s.Expect(t, "ready 1 "), 2)
+	l := startH3Load(t, "https://"+h3Addr+"/", f.cert.Client(http3.NextProtoH3), persistent, fresh)
+	l.waitGen(t, 1, 20)
+	return s, pid, l
+}
+
+// hup has generation gen (pid) start its successor (SIGHUP), and returns
+// the successor's pid once it is ready.
+func hup(t *testing.T, s *netnstest.Subreaped, pid, gen int) int {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	return netnstest.Field(t, s.Expect(t, fmt.Sprintf("ready %d ", gen+1)), 2)
 }
 
 func rounds(t *testing.T) int {

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"net"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 )
@@ -244,9 +243,7 @@ func TestStraddle(t *testing.T) {
 // Neither Transport has a listener, so neither reads its queue (Queue 8):
 // the queues fill, and DropQueue counts the rest.
 func TestBadInput(t *testing.T) {
-	goroutines := runtime.NumGoroutine()
-	fds := fdCount()
-	func() {
+	noLeaks(t, func() {
 		p := newPair(t, Config{Queue: 8, MaxHandshakes: 256})
 		p.switchOver(t)
 		c, err := net.DialUDP("udp", nil, p.addr)
@@ -254,9 +251,7 @@ func TestBadInput(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		var m0 runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&m0)
+		checkHeap := heapBound(t)
 		const n = 3000
 		sent := 0
 		send := func(b []byte) {
@@ -284,7 +279,7 @@ func TestBadInput(t *testing.T) {
 			forged[0], forged[1] = 0x40, 7 // short header, generation 7, random tag
 			send(forged)
 			id, _ := oldCodec.GenerateConnectionID()
-			send(append([]byte{0x40}, append(id.Bytes(), make([]byte, 1000)...)...)) // a real ID of the old generation
+			send(shortPacket(id.Bytes(), 1000)) // a real ID of the old generation
 			dcid := make([]byte, 8)
 			rand.Read(dcid)
 			send(initial(dcid, 1200))
@@ -319,33 +314,12 @@ func TestBadInput(t *testing.T) {
 		fc.Write([]byte{msgHandover, 1, 2, 3})
 		fc.Close()
 		waitStats(t, p.old, "bad forwards", func(s Stats) bool { return s.BadForward >= 100 })
-		var m1 runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&m1)
-		if grew := int64(m1.HeapInuse) - int64(m0.HeapInuse); grew > 32<<20 {
-			t.Errorf("heap grew by %d MiB", grew>>20)
-		}
+		checkHeap()
 		t.Logf("new: %+v", st)
 		t.Logf("old: %+v", p.old.Stats())
 		p.new.Close()
 		p.old.Close()
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if g := runtime.NumGoroutine(); g > goroutines {
-		buf := make([]byte, 1<<16)
-		t.Errorf("%d goroutines, %d before:\n%s", g, goroutines, buf[:runtime.Stack(buf, true)])
-	}
-	if f := fdCount(); f != fds {
-		t.Errorf("%d fds open, %d before", f, fds)
-	}
-}
-
-func fdCount() int {
-	ents, _ := os.ReadDir("/proc/self/fd")
-	return len(ents)
+	})
 }
 
 // TestOldGenerationCrashed: the old generation dies without closing (its
@@ -364,7 +338,7 @@ func TestOldGenerationCrashed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	msg := append([]byte{0x40}, append(id.Bytes(), make([]byte, 100)...)...)
+	msg := shortPacket(id.Bytes(), 100)
 	for range 50 {
 		c.Write(msg)
 	}

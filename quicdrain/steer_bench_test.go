@@ -3,9 +3,7 @@ package quicdrain
 import (
 	"net"
 	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
@@ -63,7 +61,7 @@ func BenchmarkSteered(b *testing.B) {
 	}
 	defer stats.Close()
 	id, _ := gens[0].codec.Load().GenerateConnectionID()
-	short := append([]byte{0x40}, append(id.Bytes(), make([]byte, 1200)...)...)
+	short := shortPacket(id.Bytes(), 1200)
 	b.Run("short", func(b *testing.B) { steeredRoute(b, prog, c, gens[0], short) })
 	// An Initial of a client the program remembers (its first went to the
 	// newest): 8-byte DCID and SCID, padded to 1200 bytes.
@@ -89,23 +87,7 @@ func steeredRoute(b *testing.B, prog *ebpf.Program, c net.Conn, dst *Gen, msg []
 	if err != nil {
 		b.Fatal(err)
 	}
-	buf := make([]byte, 2048)
-	dst.own.SetReadDeadline(time.Now().Add(time.Hour))
-	var r0, r1 syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
-	b.ResetTimer()
-	for range b.N {
-		if _, err := c.Write(msg); err != nil {
-			b.Fatal(err)
-		}
-		if _, _, err := dst.own.ReadFrom(buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
-	cpu := time.Duration(r1.Utime.Nano() + r1.Stime.Nano() - r0.Utime.Nano() - r0.Stime.Nano())
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	sendEach(b, c, dst, msg)
 	if after, err := prog.Stats(); err == nil && after.RunCount > before.RunCount {
 		b.ReportMetric(float64(after.Runtime-before.Runtime)/float64(after.RunCount-before.RunCount), "prog-ns/run")
 	}

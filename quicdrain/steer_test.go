@@ -2,29 +2,22 @@ package quicdrain_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/quic-go/quic-go"
-	"github.com/quic-go/quic-go/http3"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	quicdrain "github.com/zerodrop/zerodrop/quicdrain"
 	"github.com/zerodrop/zerodrop/reuseport/steer"
 )
 
-func init() { netnstest.RegisterHelper("h3steer", h3steerMain) }
+func init() { netnstest.RegisterHelper("h3steer", helperMain(h3steer)) }
 
 // Environment of the "h3steer" helper (with envAddr, envDir, envCert,
 // envKey of h3gen).
@@ -36,20 +29,13 @@ const (
 	envNoSteer = "ZD_NOSTEER"
 )
 
-// h3steerMain is one steered generation of an HTTP/3 server, in a process
-// of its own: a UDP socket of its own on the shared port, joined to the
+// h3steer is one steered generation of an HTTP/3 server (the "h3steer"
+// helper), in a process of its own: a UDP socket of its own on the shared port, joined to the
 // kernel's steering group once it serves. It answers each POST with "gen
 // <generation> <body length>" and prints "ready <generation> <pid>". On
 // SIGHUP it starts its successor (generation+1); on SIGTERM it shuts down
 // (GOAWAY, drain), prints "report <generation> ..." (its quicdrain and
 // steering counters) and exits.
-func h3steerMain() {
-	if err := h3steer(); err != nil {
-		fmt.Printf("error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
-		os.Exit(1)
-	}
-}
-
 func h3steer() error {
 	ctx := context.Background()
 	sig := make(chan os.Signal, 2)
@@ -58,17 +44,9 @@ func h3steer() error {
 	if err != nil {
 		return err
 	}
-	cert, err := tls.LoadX509KeyPair(os.Getenv(envCert), os.Getenv(envKey))
+	srv, err := h3Server(func() uint64 { return gen }, &quic.Config{MaxIdleTimeout: 10 * time.Second})
 	if err != nil {
 		return err
-	}
-	srv := &http3.Server{
-		TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
-		QUICConfig: &quic.Config{MaxIdleTimeout: 10 * time.Second},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n, _ := io.Copy(io.Discard, r.Body)
-			fmt.Fprintf(w, "gen %d %d", gen, n)
-		}),
 	}
 	g, err := quicdrain.ListenSteered(ctx, "udp4", os.Getenv(envAddr), gen, quicdrain.Config{Dir: os.Getenv(envDir)})
 	if err != nil {
@@ -94,9 +72,7 @@ func h3steer() error {
 		if s == syscall.SIGTERM {
 			break
 		}
-		cmd := exec.Command(os.Args[0], os.Args[1:]...)
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", envGen, gen+1))
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd := successorCmd(fmt.Sprintf("%s=%d", envGen, gen+1))
 		if err := cmd.Start(); err != nil {
 			return err
 		}
@@ -124,39 +100,20 @@ func h3steer() error {
 // the successor 3 datagrams too short to be QUIC and the predecessor one
 // datagram with its generation byte and a forged tag.
 func steeredRestarts(t *testing.T, n int, steered bool) (*h3load, []string) {
-	bin := netnstest.ExecutableCopy(t)
-	dir := t.TempDir()
-	cert, err := netnstest.WriteCert(dir, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fwd := filepath.Join(dir, "fwd")
-	if err := os.Mkdir(fwd, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	bpf := netnstest.MountBPF(t, "0700")
-	addr := "127.0.0.1:4433"
-	env := []string{"ZERODROP_TEST_HELPER=h3steer", envGen + "=1", envAddr + "=" + addr, envBPF + "=" + bpf,
-		envDir + "=" + fwd, envCert + "=" + cert.CertFile, envKey + "=" + cert.KeyFile,
-		"QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=1"}
+	f := newH3Files(t)
+	env := append(f.env("h3steer"), envGen+"=1", envBPF+"="+netnstest.MountBPF(t, "0700"))
 	if !steered {
 		env = append(env, envNoSteer+"=1")
 	}
-	s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
-	pid := field(t, s.Expect(t, "ready 1 "), 2)
-	l := startH3Load(t, "https://"+addr+"/", cert.Client(http3.NextProtoH3), 16, 4)
-	l.waitGen(t, 1, 20)
-	junk, err := net.Dial("udp4", addr)
+	s, pid, l := startH3(t, f, env, 16, 4)
+	junk, err := net.Dial("udp4", h3Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer junk.Close()
 	var reports []string
 	for gen := 1; gen <= n; gen++ {
-		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
-			t.Fatal(err)
-		}
-		next := field(t, s.Expect(t, fmt.Sprintf("ready %d ", gen+1)), 2)
+		next := hup(t, s, pid, gen)
 		before := l.answered(gen)
 		l.waitGen(t, gen+1, 20)
 		if steered && l.answered(gen) == before {
@@ -278,23 +235,10 @@ func (l *h3load) answered(gen int) int {
 // their clients reconnect, to the newest.
 func TestSteeredOldGenerationCrashed(t *testing.T) {
 	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
-		bin := netnstest.ExecutableCopy(t)
-		dir := t.TempDir()
-		cert, err := netnstest.WriteCert(dir, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := "127.0.0.1:4433"
-		env := []string{"ZERODROP_TEST_HELPER=h3steer", envGen + "=1", envAddr + "=" + addr, envBPF + "=" + netnstest.MountBPF(t, "0700"),
-			envDir + "=" + dir, envCert + "=" + cert.CertFile, envKey + "=" + cert.KeyFile, "QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING=1"}
-		s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
-		pid := field(t, s.Expect(t, "ready 1 "), 2)
-		l := startH3Load(t, "https://"+addr+"/", cert.Client(http3.NextProtoH3), 8, 2)
-		l.waitGen(t, 1, 20)
-		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
-			t.Fatal(err)
-		}
-		next := field(t, s.Expect(t, "ready 2 "), 2)
+		f := newH3Files(t)
+		env := append(f.env("h3steer"), envGen+"=1", envBPF+"="+netnstest.MountBPF(t, "0700"))
+		s, pid, l := startH3(t, f, env, 8, 2)
+		next := hup(t, s, pid, 1)
 		l.waitGen(t, 2, 20)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)

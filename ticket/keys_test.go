@@ -3,8 +3,6 @@ package ticket
 import (
 	"crypto/tls"
 	"errors"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,37 +12,6 @@ import (
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 	"golang.org/x/sys/unix"
 )
-
-// handshake runs one TLS handshake between a client of cc and a server of
-// sc over a pipe, and returns whether the server resumed a session.
-func handshake(t *testing.T, sc, cc *tls.Config) bool {
-	t.Helper()
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	srv := tls.Server(a, sc)
-	done := make(chan error, 1)
-	go func() {
-		err := srv.Handshake()
-		if err == nil {
-			// A TLS 1.3 ticket arrives after the handshake: send a byte
-			// so the client reads (and stores) it.
-			_, err = srv.Write([]byte{1})
-		}
-		done <- err
-	}()
-	cl := tls.Client(b, cc)
-	if err := cl.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(cl, make([]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	return srv.ConnectionState().DidResume
-}
 
 // server returns a server config with cert and k's keys installed (none if
 // k is nil).
@@ -96,24 +63,24 @@ func TestResumeAcrossKeys(t *testing.T) {
 		}
 		cc := client(cert)
 		cc.MaxVersion = v
-		if handshake(t, server(t, cert, k), cc) {
+		if netnstest.Resumed(t, server(t, cert, k), cc) {
 			t.Fatal("first handshake resumed")
 		}
-		if !handshake(t, server(t, cert, k), cc) {
+		if !netnstest.Resumed(t, server(t, cert, k), cc) {
 			t.Fatalf("version %x: same keys, not resumed", v)
 		}
 		own, err := New()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if handshake(t, server(t, cert, own), cc) {
+		if netnstest.Resumed(t, server(t, cert, own), cc) {
 			t.Fatalf("version %x: resumed at a server with other keys", v)
 		}
 		// The control took the client's ticket (it got a new, useless
 		// one); get one from k again.
-		handshake(t, server(t, cert, k), cc)
+		netnstest.Resumed(t, server(t, cert, k), cc)
 		k2 := handOn(t, k)
-		if !handshake(t, server(t, cert, k2), cc) {
+		if !netnstest.Resumed(t, server(t, cert, k2), cc) {
 			t.Fatalf("version %x: imported keys, not resumed", v)
 		}
 		k.Close()
@@ -137,8 +104,8 @@ func TestRotation(t *testing.T) {
 	k.RotateEvery, k.Lifetime = time.Hour, 3*time.Hour
 	sc := server(t, cert, k)
 	cc, late := client(cert), client(cert)
-	handshake(t, sc, cc) // tickets under the first key
-	handshake(t, sc, late)
+	netnstest.Resumed(t, sc, cc) // tickets under the first key
+	netnstest.Resumed(t, sc, late)
 	first := k.keys[0]
 
 	now = now.Add(30 * time.Minute)
@@ -151,12 +118,12 @@ func TestRotation(t *testing.T) {
 	}
 	// A fresh config with the rotated keys, as a successor's: the old
 	// ticket still resumes.
-	if !handshake(t, server(t, cert, handOn(t, k)), cc) {
+	if !netnstest.Resumed(t, server(t, cert, handOn(t, k)), cc) {
 		t.Fatal("ticket of the rotated-out key not resumed")
 	}
 	// A new ticket from sc: the new key encrypts it.
 	cc2 := client(cert)
-	handshake(t, sc, cc2)
+	netnstest.Resumed(t, sc, cc2)
 
 	now = now.Add(3*time.Hour + time.Minute) // the first key stopped 3h01 ago
 	if err := k.Refresh(); err != nil {
@@ -168,10 +135,10 @@ func TestRotation(t *testing.T) {
 	if first.b != [32]byte{} {
 		t.Fatal("dropped key not zeroed")
 	}
-	if handshake(t, sc, late) {
+	if netnstest.Resumed(t, sc, late) {
 		t.Fatal("ticket of a dropped key resumed")
 	}
-	if !handshake(t, sc, cc2) {
+	if !netnstest.Resumed(t, sc, cc2) {
 		t.Fatal("ticket of a live rotated-out key not resumed (keys not re-installed?)")
 	}
 }
@@ -349,11 +316,11 @@ func TestCloneFollows(t *testing.T) {
 	defer k.Close()
 	clone := server(t, cert, k).Clone()
 	cc := client(cert)
-	handshake(t, server(t, cert, pred), cc)
-	if handshake(t, clone, cc) {
+	netnstest.Resumed(t, server(t, cert, pred), cc)
+	if netnstest.Resumed(t, clone, cc) {
 		t.Fatal("resumed before the import")
 	}
-	handshake(t, server(t, cert, pred), cc)
+	netnstest.Resumed(t, server(t, cert, pred), cc)
 	f, err := pred.Export()
 	if err != nil {
 		t.Fatal(err)
@@ -362,7 +329,7 @@ func TestCloneFollows(t *testing.T) {
 	if err := k.Import(f); err != nil {
 		t.Fatal(err)
 	}
-	if !handshake(t, clone, cc) {
+	if !netnstest.Resumed(t, clone, cc) {
 		t.Fatal("a clone made before the import did not resume the predecessor's ticket")
 	}
 }
@@ -384,12 +351,12 @@ func TestAfterClose(t *testing.T) {
 	k, _ := New()
 	sc := server(t, cert, k)
 	cc := client(cert)
-	handshake(t, sc, cc)
+	netnstest.Resumed(t, sc, cc)
 	k.Close()
-	if handshake(t, sc, cc) {
+	if netnstest.Resumed(t, sc, cc) {
 		t.Fatal("resumed a ticket of closed keys")
 	}
-	if handshake(t, sc, cc) {
+	if netnstest.Resumed(t, sc, cc) {
 		t.Fatal("resumed a ticket issued after Close")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
 )
 
 // BenchmarkKeepAliveGET is the cost of following a connection's records:
@@ -30,7 +31,7 @@ func BenchmarkKeepAliveGET(b *testing.B) {
 				}
 				var ln net.Listener = tls.NewListener(l, cfg)
 				if recorded {
-					ln = recListener{l, &capture, capture.Config(cfg)}
+					ln = tlstest.NewListener(l, capture.Config(cfg), capture.Wrap)
 				}
 				srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) })}
 				go srv.Serve(ln)

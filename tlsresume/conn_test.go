@@ -9,6 +9,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
 )
 
 // pipeConn is a net.Conn over byte buffers: Read drains in (io.EOF once
@@ -40,33 +42,9 @@ func states(t testing.TB, suite uint16, seq uint64) (client, server *State) {
 	return client, server
 }
 
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (a, b net.Conn) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	a, err = net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err = l.Accept()
-	if err != nil {
-		a.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	for _, c := range []net.Conn{a, b} {
-		c.SetDeadline(time.Now().Add(30 * time.Second))
-	}
-	return a, b
-}
-
 func newPair(t *testing.T, suite uint16) (client, server *Conn) {
 	t.Helper()
-	a, b := tcpPair(t)
+	a, b := tlstest.TCPPair(t)
 	cst, sst := states(t, suite, 1<<40)
 	client, err := New(a, cst)
 	if err != nil {
@@ -86,45 +64,13 @@ func newPair(t *testing.T, suite uint16) (client, server *Conn) {
 // ChaCha20-Poly1305 cases run in the tlsresume/chacha module.
 var allSuites = []uint16{tls.TLS_AES_128_GCM_SHA256, tls.TLS_AES_256_GCM_SHA384}
 
-func expectRead(t *testing.T, c *Conn, want []byte) {
-	t.Helper()
-	got := make([]byte, len(want))
-	if _, err := io.ReadFull(c, got); err != nil {
-		t.Fatalf("read: %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("read %d bytes that differ from the %d written", len(got), len(want))
-	}
-}
-
 // TestConnExchange: both directions, large writes split into records, and
 // KeyUpdate initiated by either side, with and without a request.
 func TestConnExchange(t *testing.T) {
 	for _, suite := range allSuites {
 		t.Run(tls.CipherSuiteName(suite), func(t *testing.T) {
 			client, server := newPair(t, suite)
-			big := make([]byte, 3*maxPlaintext+17)
-			rand.Read(big)
-			go client.Write(big)
-			expectRead(t, server, big)
-			if _, err := server.Write([]byte("pong")); err != nil {
-				t.Fatal(err)
-			}
-			expectRead(t, client, []byte("pong"))
-			// The client asks for an update: the server answers with its own
-			// once it reads the request.
-			if err := client.UpdateKeys(true); err != nil {
-				t.Fatal(err)
-			}
-			client.Write([]byte("after"))
-			expectRead(t, server, []byte("after"))
-			server.Write([]byte("reply"))
-			expectRead(t, client, []byte("reply"))
-			if err := server.UpdateKeys(false); err != nil {
-				t.Fatal(err)
-			}
-			server.Write([]byte("again"))
-			expectRead(t, client, []byte("again"))
+			tlstest.Exchange(t, client, server)
 			if client.in.seq != 1 || server.in.seq != 1 || client.out.seq != 1 {
 				t.Fatalf("sequence numbers after the updates: client in %d out %d, server in %d", client.in.seq, client.out.seq, server.in.seq)
 			}
@@ -306,7 +252,7 @@ func FuzzRead(f *testing.F) {
 func TestConnExport(t *testing.T) {
 	client, server := newPair(t, tls.TLS_AES_256_GCM_SHA384)
 	client.Write([]byte("hello world"))
-	expectRead(t, server, []byte("hello"))
+	tlstest.ExpectRead(t, server, []byte("hello"))
 	if err := client.UpdateKeys(true); err != nil {
 		t.Fatal(err)
 	}
@@ -334,12 +280,12 @@ func TestConnExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	client.conn.Write(rec[7:])
-	expectRead(t, next, []byte("(was read)-next"))
+	tlstest.ExpectRead(t, next, []byte("(was read)-next"))
 	next.Write([]byte("reply"))
-	expectRead(t, client, []byte("reply"))
+	tlstest.ExpectRead(t, client, []byte("reply"))
 	server.Close() // closes nothing: the socket is next's
 	next.Write([]byte("still"))
-	expectRead(t, client, []byte("still"))
+	tlstest.ExpectRead(t, client, []byte("still"))
 }
 
 // sealedBy returns the record c would write for p, advancing its sequence

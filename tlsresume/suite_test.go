@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"testing"
+
+	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
 )
 
 // The ChaCha20-Poly1305 cases of the record layer, the Recorder and the
@@ -33,7 +35,7 @@ func TestChaChaNotRegistered(t *testing.T) {
 	}
 	_, st := states(t, tls.TLS_AES_128_GCM_SHA256, 0)
 	st.Suite = tls.TLS_CHACHA20_POLY1305_SHA256
-	a, _ := tcpPair(t)
+	a, _ := tlstest.TCPPair(t)
 	_, err := New(a, st)
 	var ue *UnsupportedSuiteError
 	if !errors.As(err, &ue) || ue.Suite != tls.TLS_CHACHA20_POLY1305_SHA256 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
 )
 
 // tamperProxy forwards one connection to addr; once armed, it flips a bit
@@ -68,8 +69,8 @@ func startTamperProxy(t *testing.T, to string) *tamperProxy {
 func TestTamperedAfterHandOver(t *testing.T) {
 	netnstest.CheckLeaks(t)
 	s := startTLSServer(t, "first")
-	p := startTamperProxy(t, s.addr)
-	tc, err := tls.Dial("tcp", p.addr, &tls.Config{RootCAs: s.cert.Pool, ServerName: "localhost", MinVersion: tls.VersionTLS13})
+	p := startTamperProxy(t, s.Addr)
+	tc, err := tls.Dial("tcp", p.addr, &tls.Config{RootCAs: s.Cert.Pool, ServerName: "localhost", MinVersion: tls.VersionTLS13})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,16 +91,13 @@ func TestTamperedAfterHandOver(t *testing.T) {
 	if _, err := request("/one"); err != nil {
 		t.Fatal(err)
 	}
-	s.mu.Lock()
-	r := s.recs[0]
-	s.mu.Unlock()
-	raw, st := take(t, r)
+	r := s.Rec(t, 0)
+	raw, st := tlstest.Take(t, r)
 	conn, err := New(raw, st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, _ := successor(t)
-	l.conns <- conn
+	tlstest.Successor(t) <- conn
 	if _, err := request("/two"); err != nil {
 		t.Fatalf("untampered request after the handover: %v", err)
 	}

@@ -2,6 +2,7 @@ package netnstest
 
 import (
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,4 +29,19 @@ func (l *Lines) Expect(tb testing.TB, word string) []string {
 		tb.Fatalf("no %q line from the helper in 60 s", word)
 	}
 	return nil
+}
+
+// Field returns word i (from 0) of a helper's line as an integer, failing
+// the test if the line has no such word or it is not one.
+func Field(tb testing.TB, line string, i int) int {
+	tb.Helper()
+	f := strings.Fields(line)
+	if len(f) <= i {
+		tb.Fatalf("line %q: no field %d", line, i)
+	}
+	v, err := strconv.Atoi(f[i])
+	if err != nil {
+		tb.Fatalf("line %q: %v", line, err)
+	}
+	return v
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -87,4 +88,35 @@ func WriteCert(dir string, valid time.Duration) (*Cert, error) {
 // Client is a client config that trusts only c, offering protos by ALPN.
 func (c *Cert) Client(protos ...string) *tls.Config {
 	return &tls.Config{RootCAs: c.Pool, ServerName: "127.0.0.1", NextProtos: protos}
+}
+
+// Resumed runs one TLS handshake between a client of cc and a server of sc
+// over a pipe, then has the server send a byte for the client to read (a
+// TLS 1.3 ticket arrives after the handshake: the client reads and stores
+// it), and returns whether the server resumed a session.
+func Resumed(tb testing.TB, sc, cc *tls.Config) bool {
+	tb.Helper()
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	srv := tls.Server(a, sc)
+	done := make(chan error, 1)
+	go func() {
+		err := srv.Handshake()
+		if err == nil {
+			_, err = srv.Write([]byte{1})
+		}
+		done <- err
+	}()
+	cl := tls.Client(b, cc)
+	if err := cl.Handshake(); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := io.ReadFull(cl, make([]byte, 1)); err != nil {
+		tb.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		tb.Fatal(err)
+	}
+	return srv.ConnectionState().DidResume
 }

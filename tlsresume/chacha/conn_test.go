@@ -12,6 +12,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/tlsresume"
 	_ "github.com/zerodrop/zerodrop/tlsresume/chacha"
+	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
 )
 
 // These are tlsresume's TestConnExchange and TestConnExport in
@@ -39,35 +40,11 @@ func (h *holdConn) Write(p []byte) (int, error) {
 	return h.Conn.Write(p)
 }
 
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (a, b net.Conn) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	a, err = net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err = l.Accept()
-	if err != nil {
-		a.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	for _, c := range []net.Conn{a, b} {
-		c.SetDeadline(time.Now().Add(30 * time.Second))
-	}
-	return a, b
-}
-
 // newPair returns two Conns of one fresh ChaCha20-Poly1305 session, each
 // reading what the other writes; the client's socket is a holdConn.
 func newPair(t *testing.T) (client, server *tlsresume.Conn, hold *holdConn) {
 	t.Helper()
-	a, b := tcpPair(t)
+	a, b := tlstest.TCPPair(t)
 	cs, ss := make([]byte, 32), make([]byte, 32)
 	rand.Read(cs)
 	rand.Read(ss)
@@ -92,45 +69,13 @@ func newPair(t *testing.T) (client, server *tlsresume.Conn, hold *holdConn) {
 	return client, server, hold
 }
 
-func expectRead(t *testing.T, c net.Conn, want []byte) {
-	t.Helper()
-	got := make([]byte, len(want))
-	if _, err := io.ReadFull(c, got); err != nil {
-		t.Fatalf("read: %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("read %d bytes that differ from the %d written", len(got), len(want))
-	}
-}
-
 // TestConnExchange: both directions, large writes split into records, and
 // KeyUpdate initiated by either side, with and without a request; the
 // sequence numbers after the updates (read from exported States), and
 // close_notify as io.EOF in the Conns continued from them.
 func TestConnExchange(t *testing.T) {
 	client, server, _ := newPair(t)
-	big := make([]byte, 3*16384+17)
-	rand.Read(big)
-	go client.Write(big)
-	expectRead(t, server, big)
-	if _, err := server.Write([]byte("pong")); err != nil {
-		t.Fatal(err)
-	}
-	expectRead(t, client, []byte("pong"))
-	// The client asks for an update: the server answers with its own once
-	// it reads the request.
-	if err := client.UpdateKeys(true); err != nil {
-		t.Fatal(err)
-	}
-	client.Write([]byte("after"))
-	expectRead(t, server, []byte("after"))
-	server.Write([]byte("reply"))
-	expectRead(t, client, []byte("reply"))
-	if err := server.UpdateKeys(false); err != nil {
-		t.Fatal(err)
-	}
-	server.Write([]byte("again"))
-	expectRead(t, client, []byte("again"))
+	tlstest.Exchange(t, client, server)
 	craw, cst, err := client.Export(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +109,7 @@ func TestConnExchange(t *testing.T) {
 func TestConnExport(t *testing.T) {
 	client, server, hold := newPair(t)
 	client.Write([]byte("hello world"))
-	expectRead(t, server, []byte("hello"))
+	tlstest.ExpectRead(t, server, []byte("hello"))
 	if err := client.UpdateKeys(true); err != nil {
 		t.Fatal(err)
 	}
@@ -206,10 +151,10 @@ func TestConnExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	hold.Conn.Write(rec[7:])
-	expectRead(t, next, []byte("(was read)-next"))
+	tlstest.ExpectRead(t, next, []byte("(was read)-next"))
 	next.Write([]byte("reply"))
-	expectRead(t, client, []byte("reply"))
+	tlstest.ExpectRead(t, client, []byte("reply"))
 	server.Close() // closes nothing: the socket is next's
 	next.Write([]byte("still"))
-	expectRead(t, client, []byte("still"))
+	tlstest.ExpectRead(t, client, []byte("still"))
 }

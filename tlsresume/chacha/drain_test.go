@@ -13,6 +13,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
 )
 
 // TestDrainHandOver: with this package imported, drain.Server.TLSHandOver
@@ -57,9 +58,9 @@ func TestDrainHandOver(t *testing.T) {
 		}
 		served := make(chan error, 1)
 		go func() { served <- a.ServeTLS(ln, "", "") }()
-		c := startSClient(t, ln.Addr().String(), tls.CipherSuiteName(suite))
-		c.send(t, "GET /one HTTP/1.1\nHost: localhost\n")
-		c.expect(t, "A /one suite=TLS_CHACHA20_POLY1305_SHA256")
+		c := tlstest.StartSClient(t, ln.Addr().String(), tls.CipherSuiteName(suite))
+		c.Send(t, "GET /one HTTP/1.1\nHost: localhost\n")
+		c.Expect(t, "A /one suite=TLS_CHACHA20_POLY1305_SHA256")
 
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -78,8 +79,8 @@ func TestDrainHandOver(t *testing.T) {
 		if h := rep.HTTP; h.HandedOverTLS != 1 || h.TLSNotHandedOver != 0 {
 			t.Fatalf("report: TLS handed over %d, not handed over %d; want 1, 0", h.HandedOverTLS, h.TLSNotHandedOver)
 		}
-		c.send(t, "GET /two HTTP/1.1\nHost: localhost\n")
-		c.expect(t, "B /two suite=TLS_CHACHA20_POLY1305_SHA256")
+		c.Send(t, "GET /two HTTP/1.1\nHost: localhost\n")
+		c.Expect(t, "B /two suite=TLS_CHACHA20_POLY1305_SHA256")
 		if n := handshakes.Load(); n != 1 {
 			t.Fatalf("%d handshakes, want 1", n)
 		}
