@@ -26,9 +26,10 @@ type Generator struct {
 // the recorder's latencies: the Result fields of the same names.
 type counts struct {
 	dials, retried, serverClosed, clientClosed, askedClose atomic.Int64
-	// stopped: the run stopped sending; the closes that follow are the
-	// run's end (a request cut short, the idle connections closed), not
-	// counted in clientClosed.
+	// stopped: the run stopped sending (Config.Duration ended, or its
+	// requests have); the closes that follow are the run's end (a request
+	// cut short, the idle connections closed), not counted in
+	// clientClosed.
 	stopped atomic.Bool
 }
 
@@ -92,6 +93,7 @@ func (g *Generator) Run(ctx context.Context) (*Result, error) {
 		g.closedLoop(ctx, sending, &wg)
 	}
 	wg.Wait()
+	g.n.stopped.Store(true) // Config.Requests sent, or sending's end
 	if g.pool != nil {
 		g.pool.close()
 	} else {
