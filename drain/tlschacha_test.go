@@ -1,19 +1,17 @@
 package drain_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
 	"io"
 	"net/http"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/internal/tlstest"
 )
 
 // lineNamed is tlsNamed with a newline, for openssl s_client's output.
@@ -33,10 +31,6 @@ func lineNamed(name string) http.Handler {
 // over and answered by B. (Handed over in ChaCha20-Poly1305: the
 // tlsresume/chacha module's TestOpenSSLKeyUpdate.)
 func TestTLSHandOverChaChaRefused(t *testing.T) {
-	openssl, err := exec.LookPath("openssl")
-	if err != nil {
-		t.Skip("openssl not installed")
-	}
 	for _, tc := range []struct {
 		suite  uint16
 		handed bool
@@ -58,63 +52,9 @@ func TestTLSHandOverChaChaRefused(t *testing.T) {
 					HandOver:    passTo(b),
 				}
 				served := serve(t, func() error { return a.ServeTLS(ln, "", "") })
-				cmd := exec.Command(openssl, "s_client", "-connect", ln.Addr().String(), "-tls1_3",
-					"-ciphersuites", tls.CipherSuiteName(tc.suite), "-crlf", "-servername", "localhost")
-				stdin, err := cmd.StdinPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				stdout, err := cmd.StdoutPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				cmd.Stderr = cmd.Stdout
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				defer func() {
-					stdin.Close()
-					cmd.Process.Kill()
-					cmd.Wait()
-				}()
-				lines := make(chan string, 1024)
-				go func() {
-					sc := bufio.NewScanner(stdout)
-					for sc.Scan() {
-						lines <- sc.Text()
-					}
-					close(lines)
-				}()
-				// expect waits (bounded) for a line containing want; "" waits
-				// for the end of the output (the connection closed).
-				expect := func(want string) {
-					t.Helper()
-					timeout := time.After(20 * time.Second)
-					for {
-						select {
-						case l, ok := <-lines:
-							if !ok {
-								if want == "" {
-									return
-								}
-								t.Fatalf("openssl s_client ended before %q", want)
-							}
-							if want != "" && strings.Contains(l, want) {
-								return
-							}
-						case <-timeout:
-							t.Fatalf("openssl s_client: no %q", want)
-						}
-					}
-				}
-				send := func(s string) {
-					t.Helper()
-					if _, err := io.WriteString(stdin, s); err != nil {
-						t.Fatal(err)
-					}
-				}
-				send("GET /one HTTP/1.1\nHost: localhost\n\n")
-				expect("A /one tls=true")
+				c := tlstest.StartSClient(t, ln.Addr().String(), tls.CipherSuiteName(tc.suite))
+				c.Send(t, "GET /one HTTP/1.1\nHost: localhost\n")
+				c.Expect(t, "A /one tls=true")
 
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
@@ -130,16 +70,16 @@ func TestTLSHandOverChaChaRefused(t *testing.T) {
 					if h.HandedOverTLS != 1 || h.TLSNotHandedOver != 0 {
 						t.Fatalf("report: TLS handed over %d, not handed over %d; want 1, 0", h.HandedOverTLS, h.TLSNotHandedOver)
 					}
-					send("GET /two HTTP/1.1\nHost: localhost\n\n")
-					expect("B /two tls=true")
-					stdin.Close() // s_client sends close_notify at the end of its input
-					expect("")
+					c.Send(t, "GET /two HTTP/1.1\nHost: localhost\n")
+					c.Expect(t, "B /two tls=true")
+					c.CloseInput()
+					c.Expect(t, "")
 				} else {
 					if h.HandedOverTLS != 0 || h.TLSNotHandedOver != 1 || h.IdleClosedTLS != 1 {
 						t.Fatalf("report: TLS handed over %d, not handed over %d, idle closed TLS %d; want 0, 1, 1",
 							h.HandedOverTLS, h.TLSNotHandedOver, h.IdleClosedTLS)
 					}
-					expect("") // closed by A
+					c.Expect(t, "") // closed by A
 				}
 				if _, err := b.Shutdown(ctx); err != nil {
 					t.Fatal(err)

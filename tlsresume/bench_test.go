@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
-	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
+	"github.com/zerodrop/zerodrop/internal/tlstest"
 )
 
 // BenchmarkKeepAliveGET is the cost of following a connection's records:

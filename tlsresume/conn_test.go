@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
+	"github.com/zerodrop/zerodrop/internal/tlstest"
 )
 
 // pipeConn is a net.Conn over byte buffers: Read drains in (io.EOF once

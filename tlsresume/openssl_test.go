@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
-	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
+	"github.com/zerodrop/zerodrop/internal/tlstest"
 )
 
 // TestOpenSSLKeyUpdate: openssl s_client, in each TLS 1.3 suite, sends a

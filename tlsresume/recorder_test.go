@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
-	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
+	"github.com/zerodrop/zerodrop/internal/tlstest"
 )
 
 // startTLSServer starts an HTTPS server answering "name path" whose

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
+	"github.com/zerodrop/zerodrop/internal/tlstest"
 )
 
 // The ChaCha20-Poly1305 cases of the record layer, the Recorder and the

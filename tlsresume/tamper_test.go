@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
-	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
+	"github.com/zerodrop/zerodrop/internal/tlstest"
 )
 
 // tamperProxy forwards one connection to addr; once armed, it flips a bit

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zerodrop/zerodrop/internal/tlstest"
 	"github.com/zerodrop/zerodrop/tlsresume"
 	_ "github.com/zerodrop/zerodrop/tlsresume/chacha"
-	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
 )
 
 // These are tlsresume's TestConnExchange and TestConnExport in

@@ -13,7 +13,7 @@ import (
 
 	"github.com/zerodrop/zerodrop/drain"
 	"github.com/zerodrop/zerodrop/internal/netnstest"
-	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
+	"github.com/zerodrop/zerodrop/internal/tlstest"
 )
 
 // TestDrainHandOver: with this package imported, drain.Server.TLSHandOver

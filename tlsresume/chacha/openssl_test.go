@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/zerodrop/zerodrop/internal/netnstest"
+	"github.com/zerodrop/zerodrop/internal/tlstest"
 	"github.com/zerodrop/zerodrop/tlsresume"
-	"github.com/zerodrop/zerodrop/tlsresume/internal/tlstest"
 )
 
 // This is tlsresume's TestOpenSSLKeyUpdate in TLS_CHACHA20_POLY1305_SHA256,

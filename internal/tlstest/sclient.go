@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zerodrop/zerodrop/internal/netnstest"
 )
 
 // SClient is an openssl s_client process talking TLS 1.3 to an address.
@@ -18,13 +20,12 @@ type SClient struct {
 // StartSClient starts openssl s_client to addr in TLS 1.3 with the one
 // suite named (its OpenSSL name, as tls.CipherSuiteName gives it), with
 // CRLF line endings and SNI localhost; the test skips if openssl is not
-// installed. The process is killed when the test ends.
+// installed (fails with netnstest.EnvRequirePrivileged set). The process is
+// killed when the test ends.
 func StartSClient(t testing.TB, addr, suite string) *SClient {
 	t.Helper()
 	path, err := exec.LookPath("openssl")
-	if err != nil {
-		t.Skip("openssl not installed")
-	}
+	netnstest.SkipUnless(t, err == nil, "openssl not installed (.ci/run installs it)")
 	cmd := exec.Command(path, "s_client", "-connect", addr, "-tls1_3", "-ciphersuites", suite, "-crlf", "-servername", "localhost")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -55,20 +56,24 @@ func StartSClient(t testing.TB, addr, suite string) *SClient {
 }
 
 // Expect waits (bounded) for a line of output containing want; it fails on
-// the process's end.
+// the process's end. An empty want waits for that end instead (the
+// connection closed, or CloseInput's close_notify answered).
 func (s *SClient) Expect(t testing.TB, want string) {
 	t.Helper()
 	timeout := time.After(20 * time.Second)
 	for {
 		select {
 		case l, ok := <-s.lines:
+			if !ok && want == "" {
+				return
+			}
 			if !ok {
 				t.Fatalf("openssl s_client ended before %q", want)
 			}
 			if testing.Verbose() {
 				t.Log(l)
 			}
-			if strings.Contains(l, want) {
+			if want != "" && strings.Contains(l, want) {
 				return
 			}
 		case <-timeout:
@@ -85,6 +90,9 @@ func (s *SClient) Send(t testing.TB, line string) {
 		t.Fatal(err)
 	}
 }
+
+// CloseInput ends the process's input: s_client then sends close_notify.
+func (s *SClient) CloseInput() { s.stdin.Close() }
 
 // Get sends a GET of path and waits for the answer of Handler(name) to it.
 func (s *SClient) Get(t testing.TB, name, path string) {
