@@ -2,6 +2,12 @@
 // losing a connection, and without privilege: no capability, no eBPF, no
 // daemon.
 //
+// This comment is longer than a screen: the mechanism (who reads the
+// socket, what crosses to whom, what a crash leaves) and its limits (kernel,
+// quic-go's client) are the contract, and no one function's comment can
+// hold them. The API itself fits one screen: go doc -short
+// github.com/zerodrop/zerodrop/quicdrain.
+//
 // A QUIC connection is not a socket: every connection of a server shares one
 // UDP socket, and only the connection ID in each datagram ties it to its
 // connection. Handing the UDP socket to a successor, as package handoff does

@@ -1,6 +1,11 @@
 // Package reuseport creates SO_REUSEPORT listeners that are safe to join, and
 // shows the group they join as the kernel sees it.
 //
+// This comment is longer than a screen: it states the kernel's behaviour
+// each function relies on (the group, migration, SO_INCOMING_CPU, the
+// checks a joining socket gets). The API itself fits one screen: go doc
+// -short github.com/zerodrop/zerodrop/reuseport.
+//
 // # How it works
 //
 // All sockets bound to one address:port with SO_REUSEPORT form a group; the

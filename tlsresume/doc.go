@@ -5,6 +5,11 @@
 // machinery under drain.Server.TLSHandOver and zerodrop's
 // Options.TLSHandoff; HTTP/1.1 only.
 //
+// This comment is longer than a screen: what is proven before a connection
+// moves, and why each check is exact, is what a reviewer of this package
+// must read first. The API itself fits one screen: go doc -short
+// github.com/zerodrop/zerodrop/tlsresume.
+//
 // # Capture and proof
 //
 // crypto/tls keeps its traffic secrets and sequence numbers private, and
