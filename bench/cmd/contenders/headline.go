@@ -32,6 +32,8 @@ var restartKinds = map[string]string{
 	"reuseport":  "new binary (1 of 4 workers)",
 	"tableflip":  "new binary (upgrade)",
 	"zd-handoff": "new binary (upgrade)",
+	"zd-tickets": "new binary (upgrade)",
+	"zd-tls13":   "new binary (upgrade)",
 	"zd-drain":   "new binary (1 of 4 workers)",
 	"zd-cpu":     "new binary (1 of 4 workers)",
 	"zd-steer":   "new binary (1 of 4 workers)",
