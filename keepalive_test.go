@@ -3,6 +3,7 @@ package zerodrop_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -44,11 +45,18 @@ type kaPool struct {
 }
 
 func startKAPool(t *testing.T, url string, n int) *kaPool {
+	return startKAPoolTLS(t, url, n, nil)
+}
+
+// startKAPoolTLS is startKAPool over HTTPS with cfg (HTTP/1.1 only: each
+// client's one connection is a keep-alive one, as with plain HTTP).
+func startKAPoolTLS(t *testing.T, url string, n int, cfg *tls.Config) *kaPool {
 	p := &kaPool{quit: make(chan struct{}), answered: map[int]int{}, failed: map[string]int{}}
 	t.Cleanup(func() { p.stop() })
 	d := &net.Dialer{Timeout: 5 * time.Second}
 	for i := range n {
 		tr := &http.Transport{
+			TLSClientConfig: cfg, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
 			MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1, IdleConnTimeout: time.Hour,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				p.dials.Add(1)

@@ -2,6 +2,7 @@ package zerodrop_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -107,6 +108,85 @@ func TestServePoolRolls(t *testing.T) {
 		}
 		if ents, _ := os.ReadDir(pool); len(ents) != 0 {
 			t.Errorf("the pool directory still holds %d entries after every worker stopped", len(ents))
+		}
+	})
+}
+
+// TestServePoolRollsTLS: TestServePoolRolls over HTTPS with
+// Options.TLSHandoff: 32 TLS 1.3 keep-alive clients of a two-worker pool,
+// 6 rolls; each stopped worker passes its idle TLS connections to the newest
+// sibling with their session, so no request fails and no client connects
+// (or shakes hands) again: one dial per client, but for those a client's
+// Transport made on its own (see kaPool).
+func TestServePoolRollsTLS(t *testing.T) {
+	const clients, rolls = 32, 6
+	netnstest.Run(t, netnstest.Options{MigrateReq: 1}, func(t *testing.T) {
+		bin := netnstest.ExecutableCopy(t)
+		cert := netnstest.NewCert(t)
+		addr := "127.0.0.1:8080"
+		env := []string{"ZERODROP_TEST_HELPER=generation", "ZD_ADDR=" + addr, "ZD_POOL=" + t.TempDir(),
+			"ZD_CERT=" + cert.CertFile, "ZD_KEY=" + cert.KeyFile, "ZD_TLS_HANDOFF=1"}
+		type worker struct {
+			s   *netnstest.Subreaped
+			pid int
+		}
+		start := func() worker {
+			s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
+			return worker{s, servingPID(t, s.Expect(t, "serving 1 "))}
+		}
+		handedTLS, notHanded := 0, 0
+		stop := func(w worker) {
+			if err := syscall.Kill(w.pid, syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			rep := strings.Fields(w.s.Expect(t, "report 1 "))
+			if ws := w.s.Reap(t, w.pid, 30*time.Second); ws.ExitStatus() != 0 {
+				t.Errorf("worker %d exited with %v", w.pid, ws)
+			}
+			if len(rep) > 11 {
+				n, _ := strconv.Atoi(rep[10])
+				handedTLS += n
+				n, _ = strconv.Atoi(rep[11])
+				notHanded += n
+			}
+		}
+		slots := []worker{start(), start()}
+		cfg := cert.Client()
+		cfg.MinVersion = tls.VersionTLS13
+		p := startKAPoolTLS(t, "https://"+addr+"/", clients, cfg)
+		total := func() int {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			n := 0
+			for _, a := range p.answered {
+				n += a
+			}
+			return n
+		}
+		waitAnswered(t, 0, 2*clients, total)
+		for r := range rolls {
+			i := r % len(slots)
+			next := start()
+			stop(slots[i])
+			slots[i] = next
+			waitAnswered(t, next.pid, total()+clients/2, total)
+		}
+		failed, byClass, first := p.stop()
+		for _, w := range slots {
+			stop(w)
+		}
+		d, own := p.dials.Load(), p.clientClosed.Load()
+		t.Logf("%d TLS clients, %d rolls: %d failed %v (first: %v); %d dials, %d closed by the server, %d by the clients, %d asked to close; the stopped workers handed over %d TLS connections, %d not",
+			clients, rolls, failed, byClass, first, d, p.serverClosed.Load(), own, p.askedClose.Load(), handedTLS, notHanded)
+		if failed > 0 {
+			t.Errorf("%d requests failed %v (first: %v), want 0", failed, byClass, first)
+		}
+		if p.serverClosed.Load() != 0 || p.askedClose.Load() != 0 || d > clients+own {
+			t.Errorf("%d dials for %d clients (%d closed by the clients on their own), %d closed by the server, %d asked to close: want no reconnect the server caused",
+				d, clients, own, p.serverClosed.Load(), p.askedClose.Load())
+		}
+		if handedTLS == 0 {
+			t.Error("no TLS connection handed over")
 		}
 	})
 }

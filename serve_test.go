@@ -29,14 +29,16 @@ import (
 // generationMain is one generation of a service built on Serve: it answers
 // every request with its pid, prints "serving <generation> <pid> <addr>" once
 // served and "report <generation> <cause> <method> <lost> <idle closed>
-// <handed over> <tls pending> <tls pending served> <close spread>" when Serve returns
+// <handed over> <tls pending> <tls pending served> <close spread> <handed
+// over with TLS> <TLS not handed over>" when Serve returns
 // (cause with '_' for spaces; lost: queued connections and requests the
 // drain could not serve; idle closed: keep-alive connections the drain
 // closed idle; handed over: connections passed to the successor; tls
 // pending: TLS connections whose handshake or first request was still to
 // come at the stop, and of those served; close spread: the window the
 // keep-alive connections were told to close over, in ms, from
-// ZD_CLOSE_SPREAD).
+// ZD_CLOSE_SPREAD; the TLS connections passed with their session, and those
+// that could not be, with ZD_TLS_HANDOFF=1: Options.TLSHandoff).
 //
 // ZD_UID=<uid> makes it that user (and group) first, ZD_NODUMP=1 not
 // dumpable (as a setcap binary is); ZD_PIDFILE is Options.Handoff.PIDFile, and with
@@ -87,12 +89,14 @@ func generationMain() {
 		Drain:         func(_ string, s *drain.Server) { s.CloseSpread = spread },
 		ReadyPath:     "/ready",
 		NoConnHandoff: os.Getenv("ZD_NO_CONN_HANDOFF") != "",
+		TLSHandoff:    os.Getenv("ZD_TLS_HANDOFF") != "",
 		Pool:          os.Getenv("ZD_POOL"),
 	})
 	if rep != nil && len(rep.Drains) > 0 && rep.Drains[0] != nil {
 		d := rep.Drains[0]
-		fmt.Printf("report %d %s %s %d %d %d %d %d %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method,
-			d.Remainder+len(d.HTTP.Forced), d.HTTP.IdleClosed, d.HTTP.HandedOver, d.HTTP.TLSPending, d.HTTP.TLSPendingServed, d.HTTP.CloseSpread.Milliseconds())
+		fmt.Printf("report %d %s %s %d %d %d %d %d %d %d %d\n", rep.Generation, strings.ReplaceAll(rep.Cause, " ", "_"), d.Method,
+			d.Remainder+len(d.HTTP.Forced), d.HTTP.IdleClosed, d.HTTP.HandedOver, d.HTTP.TLSPending, d.HTTP.TLSPendingServed, d.HTTP.CloseSpread.Milliseconds(),
+			d.HTTP.HandedOverTLS, d.HTTP.TLSNotHandedOver)
 	}
 	if err != nil {
 		fmt.Printf("error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
