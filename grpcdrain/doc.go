@@ -7,6 +7,10 @@
 // google.golang.org/grpc in the files that use both: it is to a
 // *grpc.Server what package drain is to an *http.Server.
 //
+// This comment is longer than a screen: it says what each phase of a stop
+// does to RPCs a caller cannot see. The API itself fits one screen: go doc
+// -short github.com/zerodrop/zerodrop/grpcdrain.
+//
 // # The phases
 //
 // grpc.Server.GracefulStop alone closes its listeners (a plain close: with
