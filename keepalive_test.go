@@ -175,6 +175,17 @@ func (p *kaPool) waitFor(t *testing.T, pid, n int) {
 }
 
 // stop ends the clients and returns the failures.
+// total is the number of requests the pool's clients had answered.
+func (p *kaPool) total() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, a := range p.answered {
+		n += a
+	}
+	return n
+}
+
 func (p *kaPool) stop() (failed int, byClass map[string]int, first error) {
 	select {
 	case <-p.quit:

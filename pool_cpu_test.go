@@ -74,16 +74,7 @@ func TestPoolPerCPURolls(t *testing.T) {
 			slots[i] = start()
 		}
 		p := startKAPool(t, "http://"+addr+"/", clients)
-		total := func() int {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			n := 0
-			for _, a := range p.answered {
-				n += a
-			}
-			return n
-		}
-		waitAnswered(t, 0, 2*clients, total)
+		waitAnswered(t, 0, 2*clients, p.total)
 		var took []time.Duration
 		for r := range rolls {
 			i := r % len(slots)
@@ -92,7 +83,7 @@ func TestPoolPerCPURolls(t *testing.T) {
 			stop(slots[i], false)
 			took = append(took, time.Since(t0))
 			slots[i] = next
-			waitAnswered(t, next.pid, total()+clients/4, total)
+			waitAnswered(t, next.pid, p.total()+clients/4, p.total)
 		}
 		failed, byClass, first := p.stop()
 		for i, w := range slots {

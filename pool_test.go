@@ -18,14 +18,80 @@ import (
 	"github.com/zerodrop/zerodrop/internal/netnstest"
 )
 
+// poolRoll is a run of TestServePoolRolls: the workers' report fields
+// summed (see generationMain), and what the clients saw.
+type poolRoll struct {
+	idleClosed, handedOver, handedTLS, notHandedTLS int
+	failed                                          int
+	byClass                                         map[string]int
+	first                                           error
+	p                                               *kaPool
+}
+
+// rollServePool starts two workers (generation helpers, env) on addr in a
+// SO_REUSEPORT group, clients keep-alive clients (over TLS with cfg, when
+// set), and rolls the pool: a replacement starts, then the worker it
+// replaces is stopped (SIGTERM); each roll waits for the replacement to
+// answer and half the clients to have been answered again.
+func rollServePool(t *testing.T, env []string, addr string, clients, rolls int, cfg *tls.Config) poolRoll {
+	bin := netnstest.ExecutableCopy(t)
+	type worker struct {
+		s   *netnstest.Subreaped
+		pid int
+	}
+	start := func() worker {
+		s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
+		return worker{s, servingPID(t, s.Expect(t, "serving 1 "))}
+	}
+	var r poolRoll
+	field := func(rep []string, i int) int {
+		if len(rep) <= i {
+			return 0
+		}
+		n, _ := strconv.Atoi(rep[i])
+		return n
+	}
+	stop := func(w worker) {
+		if err := syscall.Kill(w.pid, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		rep := strings.Fields(w.s.Expect(t, "report 1 "))
+		if ws := w.s.Reap(t, w.pid, 30*time.Second); ws.ExitStatus() != 0 {
+			t.Errorf("worker %d exited with %v", w.pid, ws)
+		}
+		r.idleClosed += field(rep, 5)
+		r.handedOver += field(rep, 6)
+		r.handedTLS += field(rep, 10)
+		r.notHandedTLS += field(rep, 11)
+	}
+	slots := []worker{start(), start()}
+	scheme := "http"
+	if cfg != nil {
+		scheme = "https"
+	}
+	r.p = startKAPoolTLS(t, scheme+"://"+addr+"/", clients, cfg)
+	waitAnswered(t, 0, 2*clients, r.p.total)
+	for n := range rolls {
+		i := n % len(slots)
+		next := start()
+		stop(slots[i])
+		slots[i] = next
+		waitAnswered(t, next.pid, r.p.total()+clients/2, r.p.total)
+	}
+	r.failed, r.byClass, r.first = r.p.stop()
+	for _, w := range slots {
+		stop(w)
+	}
+	return r
+}
+
 // TestServePoolRolls runs 256 keep-alive clients posting non-retryable
 // requests against a SO_REUSEPORT pool of two workers built on Serve with
-// Options.Pool, and rolls it: a replacement starts, then the worker it
-// replaces is stopped (SIGTERM). Each stopped worker passes its connections
-// to the newest sibling, so no request fails and no client connects again:
-// 256 dials in all. CI runs 10 rolls; ZD_POOL_ROLLS=100 runs more.
-// ZD_POOL_OFF=1 runs the rolls without Options.Pool, for comparison: no
-// failure expected (IdleGrace), but the clients reconnect.
+// Options.Pool, and rolls it (rollServePool). Each stopped worker passes its
+// connections to the newest sibling, so no request fails and no client
+// connects again: 256 dials in all. CI runs 10 rolls; ZD_POOL_ROLLS=100
+// runs more. ZD_POOL_OFF=1 runs the rolls without Options.Pool, for
+// comparison: no failure expected (IdleGrace), but the clients reconnect.
 func TestServePoolRolls(t *testing.T) {
 	const clients = 256
 	rolls := 10
@@ -33,7 +99,6 @@ func TestServePoolRolls(t *testing.T) {
 		rolls = n
 	}
 	netnstest.Run(t, netnstest.Options{MigrateReq: 1}, func(t *testing.T) {
-		bin := netnstest.ExecutableCopy(t)
 		pool := t.TempDir()
 		addr := "127.0.0.1:8080"
 		env := []string{"ZERODROP_TEST_HELPER=generation", "ZD_ADDR=" + addr}
@@ -42,68 +107,22 @@ func TestServePoolRolls(t *testing.T) {
 			env = append(env, "ZD_POOL="+pool)
 		}
 		counters := netnstest.Snapshot(t)
-		type worker struct {
-			s   *netnstest.Subreaped
-			pid int
-		}
-		start := func() worker {
-			s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
-			return worker{s, servingPID(t, s.Expect(t, "serving 1 "))}
-		}
-		handedOver, idleClosed := 0, 0
-		stop := func(w worker) {
-			if err := syscall.Kill(w.pid, syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			rep := strings.Fields(w.s.Expect(t, "report 1 "))
-			if ws := w.s.Reap(t, w.pid, 30*time.Second); ws.ExitStatus() != 0 {
-				t.Errorf("worker %d exited with %v", w.pid, ws)
-			}
-			if len(rep) > 6 {
-				n, _ := strconv.Atoi(rep[5])
-				idleClosed += n
-				n, _ = strconv.Atoi(rep[6])
-				handedOver += n
-			}
-		}
-		slots := []worker{start(), start()}
-		p := startKAPool(t, "http://"+addr+"/", clients)
-		total := func() int {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			n := 0
-			for _, a := range p.answered {
-				n += a
-			}
-			return n
-		}
-		waitAnswered(t, 0, 2*clients, total)
 		t0 := time.Now()
-		for r := range rolls {
-			i := r % len(slots)
-			next := start()
-			stop(slots[i])
-			slots[i] = next
-			waitAnswered(t, next.pid, total()+clients/2, total)
-		}
+		r := rollServePool(t, env, addr, clients, rolls, nil)
 		took := time.Since(t0)
-		failed, byClass, first := p.stop()
-		for _, w := range slots {
-			stop(w)
-		}
 		d := counters.Delta(t, "Tcp.OutRsts", "Tcp.ActiveOpens")
 		t.Logf("%d clients, %d rolls in %v: %d failed %v (first: %v); %d dials, %d connections closed by the server; the stopped workers handed over %d connections and closed %d idle; counters %v",
-			clients, rolls, took.Round(time.Millisecond), failed, byClass, first, p.dials.Load(), p.serverClosed.Load(), handedOver, idleClosed, d)
-		if failed > 0 {
-			t.Errorf("%d requests failed %v (first: %v), want 0", failed, byClass, first)
+			clients, rolls, took.Round(time.Millisecond), r.failed, r.byClass, r.first, r.p.dials.Load(), r.p.serverClosed.Load(), r.handedOver, r.idleClosed, d)
+		if r.failed > 0 {
+			t.Errorf("%d requests failed %v (first: %v), want 0", r.failed, r.byClass, r.first)
 		}
 		if off {
 			return
 		}
-		if n := p.serverClosed.Load(); n != 0 {
-			t.Errorf("%d connections closed by the server (%d dials for %d clients): a connection was closed under a client", n, p.dials.Load(), clients)
+		if n := r.p.serverClosed.Load(); n != 0 {
+			t.Errorf("%d connections closed by the server (%d dials for %d clients): a connection was closed under a client", n, r.p.dials.Load(), clients)
 		}
-		if handedOver == 0 {
+		if r.handedOver == 0 {
 			t.Error("no connection handed over")
 		}
 		if ents, _ := os.ReadDir(pool); len(ents) != 0 {
@@ -121,71 +140,25 @@ func TestServePoolRolls(t *testing.T) {
 func TestServePoolRollsTLS(t *testing.T) {
 	const clients, rolls = 32, 6
 	netnstest.Run(t, netnstest.Options{MigrateReq: 1}, func(t *testing.T) {
-		bin := netnstest.ExecutableCopy(t)
 		cert := netnstest.NewCert(t)
 		addr := "127.0.0.1:8080"
 		env := []string{"ZERODROP_TEST_HELPER=generation", "ZD_ADDR=" + addr, "ZD_POOL=" + t.TempDir(),
 			"ZD_CERT=" + cert.CertFile, "ZD_KEY=" + cert.KeyFile, "ZD_TLS_HANDOFF=1"}
-		type worker struct {
-			s   *netnstest.Subreaped
-			pid int
-		}
-		start := func() worker {
-			s := netnstest.StartSubreaped(t, bin, env, "-test.run=^$")
-			return worker{s, servingPID(t, s.Expect(t, "serving 1 "))}
-		}
-		handedTLS, notHanded := 0, 0
-		stop := func(w worker) {
-			if err := syscall.Kill(w.pid, syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			rep := strings.Fields(w.s.Expect(t, "report 1 "))
-			if ws := w.s.Reap(t, w.pid, 30*time.Second); ws.ExitStatus() != 0 {
-				t.Errorf("worker %d exited with %v", w.pid, ws)
-			}
-			if len(rep) > 11 {
-				n, _ := strconv.Atoi(rep[10])
-				handedTLS += n
-				n, _ = strconv.Atoi(rep[11])
-				notHanded += n
-			}
-		}
-		slots := []worker{start(), start()}
 		cfg := cert.Client()
 		cfg.MinVersion = tls.VersionTLS13
-		p := startKAPoolTLS(t, "https://"+addr+"/", clients, cfg)
-		total := func() int {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			n := 0
-			for _, a := range p.answered {
-				n += a
-			}
-			return n
-		}
-		waitAnswered(t, 0, 2*clients, total)
-		for r := range rolls {
-			i := r % len(slots)
-			next := start()
-			stop(slots[i])
-			slots[i] = next
-			waitAnswered(t, next.pid, total()+clients/2, total)
-		}
-		failed, byClass, first := p.stop()
-		for _, w := range slots {
-			stop(w)
-		}
+		r := rollServePool(t, env, addr, clients, rolls, cfg)
+		p := r.p
 		d, own := p.dials.Load(), p.clientClosed.Load()
 		t.Logf("%d TLS clients, %d rolls: %d failed %v (first: %v); %d dials, %d closed by the server, %d by the clients, %d asked to close; the stopped workers handed over %d TLS connections, %d not",
-			clients, rolls, failed, byClass, first, d, p.serverClosed.Load(), own, p.askedClose.Load(), handedTLS, notHanded)
-		if failed > 0 {
-			t.Errorf("%d requests failed %v (first: %v), want 0", failed, byClass, first)
+			clients, rolls, r.failed, r.byClass, r.first, d, p.serverClosed.Load(), own, p.askedClose.Load(), r.handedTLS, r.notHandedTLS)
+		if r.failed > 0 {
+			t.Errorf("%d requests failed %v (first: %v), want 0", r.failed, r.byClass, r.first)
 		}
 		if p.serverClosed.Load() != 0 || p.askedClose.Load() != 0 || d > clients+own {
 			t.Errorf("%d dials for %d clients (%d closed by the clients on their own), %d closed by the server, %d asked to close: want no reconnect the server caused",
 				d, clients, own, p.serverClosed.Load(), p.askedClose.Load())
 		}
-		if handedTLS == 0 {
+		if r.handedTLS == 0 {
 			t.Error("no TLS connection handed over")
 		}
 	})
