@@ -76,11 +76,20 @@ func h3Server(gen func() uint64, qc *quic.Config) (*http3.Server, error) {
 		TLSConfig:  http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
 		QUICConfig: qc,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n, _ := io.Copy(io.Discard, r.Body)
+			n, err := io.Copy(io.Discard, r.Body)
+			if err != nil {
+				return
+			}
+			handled.Add(1)
 			fmt.Fprintf(w, "gen %d %d", gen(), n)
 		}),
 	}, nil
 }
+
+// handled counts the requests this helper process read whole and began to
+// answer (report field "handled"): the restart tests check that their
+// clients received exactly as many answers from the generation.
+var handled atomic.Int64
 
 // successorCmd is the command of a helper's successor: this process's
 // command, with its output, and env added to its environment.

@@ -189,6 +189,7 @@ func TestSteeredRestartUnderLoad(t *testing.T) {
 		if l.failed != 0 {
 			t.Errorf("%s", l)
 		}
+		l.checkHandled(t, reports)
 		if remembered == 0 {
 			t.Errorf("no ClientHello took two Initial datagrams routed by the program's memory of its client")
 		}
