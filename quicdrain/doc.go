@@ -81,12 +81,17 @@
 // client (v0.59.1 to v0.65.0) closes a connection whose GOAWAY finds no
 // request in flight, and a request it is opening at that moment (it has
 // its stream, and is not yet counted in flight) fails with H3_NO_ERROR
-// (local) instead of being retried. The request never reaches the server,
-// and no server can close that window: the GOAWAY with a request in
+// (local) instead of being retried. The server never processes that
+// request, and no server can close that window: the GOAWAY with a request in
 // flight makes it rare. It is not impossible when the client's goroutines
 // are starved of CPU (the GOAWAY, read late, meets the next request):
 // beside a CPU hog, with the race detector, the restart test saw 1 to 4
-// such failures in about 15,000 requests, none on a quiet machine.
+// such failures in about 15,000 requests, none on a quiet machine. A
+// program of yours that is a quic-go client may retry a request that
+// failed with an *http3.Error whose ErrorCode is H3_NO_ERROR and Remote
+// false: quic-go's client closed its own connection under it, and its
+// stream was one the server's GOAWAY had already refused, so it was never
+// processed.
 //
 //	u, _ := handoff.New(ctx, handoff.Config{Path: sock})
 //	g, _ := quicdrain.Listen(ctx, u, "h3", "udp", ":443", quicdrain.Config{Dir: dir})

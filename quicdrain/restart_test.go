@@ -179,7 +179,7 @@ func (l *h3load) count(gen int, err error) {
 }
 
 // clientRace says whether err is quic-go's client closing its own
-// connection on a GOAWAY before it sent the request: the request had taken
+// connection under the request on a GOAWAY: the request had taken
 // a stream but was not yet tracked as in flight when the client's control
 // stream goroutine read the GOAWAY, found no request in flight and closed
 // the connection with H3_NO_ERROR (quic-go v0.59.1 to v0.65.0, client.go:
@@ -187,7 +187,8 @@ func (l *h3load) count(gen int, err error) {
 // server can close that window: the server's GOAWAY comes with a request
 // in flight, held GoAwayLead, which makes it rare, not impossible, when
 // the client's goroutines are starved of CPU. Such a request was never
-// processed; checkHandled proves that from the server's side, and the
+// processed (its stream is one the GOAWAY refused); checkHandled proves
+// that from the server's side, and the
 // tests count these apart (unsent) and print them.
 func clientRace(err error) bool {
 	var e *http3.Error
@@ -238,7 +239,7 @@ func (l *h3load) String() string {
 	defer l.mu.Unlock()
 	w := &l.watch
 	return fmt.Sprintf("%d requests answered, %d failed (%d stateless resets, %d handshake failures, %d other; first: %v), "+
-		"%d failed by quic-go's client before it sent them (see clientRace); "+
+		"%d failed by quic-go's client on its own, never processed (see clientRace); "+
 		"%d connections opened, %d closed: %d after a GOAWAY, %d by a stateless reset, %d by the server, %d by an idle timeout",
 		l.ok, l.failed, l.resets, l.handshake, l.other, l.firstErr, l.unsent,
 		w.opened.Load(), w.closed.Load(), w.goaways.Load(), w.resets.Load(), w.byServer.Load(), w.idle.Load())
