@@ -87,9 +87,14 @@ type tracker struct {
 
 	linger lingerCloser // closes TLS and HTTP/2 connections lingering (linger.go)
 
-	hs        *http.Server // whose HTTP/2 path twoStep enters
-	stepOnce  sync.Once
-	goingAway bool // HTTP/2 connections get the first step (under mu)
+	hs *http.Server // whose HTTP/2 path twoStep enters
+	// preamble serializes what writes hs's fields once it may be served
+	// (twoStep, ServeTLS's capture) with net/http's reads of them before
+	// its first Accept: one http.Server serves the listener and the
+	// connections handed over, from several goroutines (see serving).
+	preamble  sync.Mutex
+	stepped   atomic.Bool // twoStep has run (set under preamble)
+	goingAway bool        // HTTP/2 connections get the first step (under mu)
 }
 
 func newTracker(hs *http.Server) *tracker {
@@ -103,9 +108,31 @@ func newTracker(hs *http.Server) *tracker {
 	}
 }
 
+// serving runs serveFn (net/http's Serve or ServeTLS, wrapped) on l with
+// the preamble lock held until net/http first calls l's Accept, or
+// returns: before that, net/http reads the server's TLSNextProto and
+// TLSConfig, which twoStep and ServeTLS's capture write.
+func (t *tracker) serving(l net.Listener, serveFn func(net.Listener) error) error {
+	t.preamble.Lock()
+	release := sync.OnceFunc(t.preamble.Unlock)
+	defer release()
+	return serveFn(preambleListener{l, release})
+}
+
+// preambleListener ends net/http's preamble at its first Accept.
+type preambleListener struct {
+	net.Listener
+	release func()
+}
+
+func (l preambleListener) Accept() (net.Conn, error) {
+	l.release()
+	return l.Listener.Accept()
+}
+
 // connContext registers a new connection and puts its info in the context.
 func (t *tracker) connContext(ctx context.Context, c net.Conn) context.Context {
-	t.twoStep(t.hs) // net/http has set up its HTTP/2 by now
+	t.twoStep(t.hs) // net/http has set up its HTTP/2 by now (in this goroutine's Serve)
 	t.mu.Lock()
 	ci := t.conns[c] // registered already by ServeConn
 	if ci == nil {

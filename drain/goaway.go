@@ -71,34 +71,43 @@ const (
 // twoStep installs the drain in hs's HTTP/2 path, once hs has set it up
 // (from ConnContext, before the first connection is served). It leaves
 // alone a server without net/http's entries (HTTP/2 off, or TLSNextProto
-// set by the user without them).
+// set by the user without them). It writes hs.TLSNextProto under the
+// preamble lock: another goroutine may be in net/http's ServeTLS, which
+// reads it before its first Accept (see serving).
 func (t *tracker) twoStep(hs *http.Server) {
-	t.stepOnce.Do(func() {
-		serveH2, ok := hs.TLSNextProto[nextProtoH2Clear]
-		if !ok {
-			return
-		}
-		if _, ok := hs.TLSNextProto[nextProtoH2]; ok {
-			hs.TLSNextProto[nextProtoH2] = func(hs *http.Server, c *tls.Conn, h http.Handler) {
-				if err := readPreface(c); err != nil {
-					c.Close() // not HTTP/2: net/http's server would close it too
-					return
-				}
-				g := t.newH2Conn(c, c, true)
-				serveH2(hs, tls.Client(handTo{g.net()}, nil), h)
-			}
-		}
-		hs.TLSNextProto[nextProtoH2Clear] = func(hs *http.Server, c *tls.Conn, h http.Handler) {
-			u, ok := c.NetConn().(interface{ UnencryptedNetConn() net.Conn })
-			if !ok {
-				serveH2(hs, c, h) // not net/http's: let it say why
+	if t.stepped.Load() {
+		return
+	}
+	t.preamble.Lock()
+	defer t.preamble.Unlock()
+	if t.stepped.Load() {
+		return
+	}
+	defer t.stepped.Store(true)
+	serveH2, ok := hs.TLSNextProto[nextProtoH2Clear]
+	if !ok {
+		return
+	}
+	if _, ok := hs.TLSNextProto[nextProtoH2]; ok {
+		hs.TLSNextProto[nextProtoH2] = func(hs *http.Server, c *tls.Conn, h http.Handler) {
+			if err := readPreface(c); err != nil {
+				c.Close() // not HTTP/2: net/http's server would close it too
 				return
 			}
-			nc := u.UnencryptedNetConn()
-			g := t.newH2Conn(nc, nc, false)
+			g := t.newH2Conn(c, c, true)
 			serveH2(hs, tls.Client(handTo{g.net()}, nil), h)
 		}
-	})
+	}
+	hs.TLSNextProto[nextProtoH2Clear] = func(hs *http.Server, c *tls.Conn, h http.Handler) {
+		u, ok := c.NetConn().(interface{ UnencryptedNetConn() net.Conn })
+		if !ok {
+			serveH2(hs, c, h) // not net/http's: let it say why
+			return
+		}
+		nc := u.UnencryptedNetConn()
+		g := t.newH2Conn(nc, nc, false)
+		serveH2(hs, tls.Client(handTo{g.net()}, nil), h)
+	}
 }
 
 // h2Key is the connection net/http's hooks name c by: c itself unless c is

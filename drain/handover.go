@@ -60,7 +60,7 @@ func (s *Server) ServeConn(c *net.TCPConn, unread []byte) error {
 		s.clServed = make(chan struct{})
 		go func() {
 			defer close(s.clServed)
-			s.HTTP.Serve(s.cl)
+			s.t.serving(s.cl, s.HTTP.Serve)
 		}()
 	}
 	cl := s.cl

@@ -3,6 +3,7 @@ package drain_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -308,6 +309,84 @@ func TestHandOverSkipsTLS(t *testing.T) {
 		served()
 		if h := rep.HTTP; offered != 0 || h.HandedOver != 0 || h.IdleClosed != 1 || h.IdleClosedTLS != 1 {
 			t.Errorf("offered %d, report %+v; want none offered, 1 closed idle, counted TLS", offered, h)
+		}
+	})
+}
+
+// A connection handed over (ServeConn) is served before the listener's
+// ServeTLS begins, as in a successor that receives its predecessor's idle
+// connections while it starts. net/http's ServeTLS reads the server's
+// TLSNextProto before its first Accept; the drain writes it (its HTTP/2
+// two-step hooks) at the first connection, here the handed-over one. The
+// race detector failed this test before the two were serialized (the
+// bench's TLS pool worker saw it first: twoStep against
+// net/http.(*Server).protocols), and an unsynchronized map write beside a
+// read can also stop the program. Both paths then serve: HTTP/1.1 on the
+// handed-over connection, HTTP/2 and HTTP/1.1 over TLS on the listener.
+func TestServeConnBeforeServeTLS(t *testing.T) {
+	netnstest.Run(t, netnstest.Options{MigrateReq: netnstest.Keep}, func(t *testing.T) {
+		netnstest.CheckLeaks(t)
+		cert := netnstest.NewCert(t)
+		// NextProtos names h2, so that the Serve under ServeConn sets
+		// HTTP/2 up and the drain installs its hooks at that connection.
+		// BaseContext holds the Serve under ServeConn, before its first
+		// Accept, for a moment (a sleep: no synchronization the race
+		// detector could see), so that ServeTLS reads TLSNextProto while
+		// the drain's hooks are about to be written, as in the worker.
+		var bases atomic.Int64
+		hs := &http.Server{Handler: echoNamed("S"), TLSConfig: &tls.Config{NextProtos: []string{"h2", "http/1.1"}},
+			BaseContext: func(net.Listener) context.Context {
+				if bases.Add(1) == 1 {
+					time.Sleep(300 * time.Millisecond)
+				}
+				return context.Background()
+			}}
+		s := &drain.Server{HTTP: hs}
+		ln0 := listenTCP(t, "127.0.0.1:0")
+		defer ln0.Close()
+		client, err := net.Dial("tcp4", ln0.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		c, err := ln0.AcceptTCP()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln := listenTCP(t, "127.0.0.1:0")
+		servedc := make(chan func() error, 1)
+		go func() { // ServeConn returns once net/http has c: after the sleep
+			time.Sleep(50 * time.Millisecond)
+			servedc <- serve(t, func() error { return s.ServeTLS(ln, cert.CertFile, cert.KeyFile) })
+		}()
+		if err := s.ServeConn(c, nil); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprint(client, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok")
+		if _, body, err := readResponse(client, 10*time.Second); err != nil || body != "S ok" {
+			t.Fatalf("handed-over connection: %q, %v", body, err)
+		}
+		served := <-servedc
+		for _, proto := range []string{"h2", "http/1.1"} {
+			tr := &http.Transport{TLSClientConfig: cert.Client(proto), ForceAttemptHTTP2: proto == "h2"}
+			req, _ := http.NewRequest("POST", "https://"+ln.Addr().String(), strings.NewReader(proto))
+			resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+			if err != nil {
+				t.Fatalf("%s: %v", proto, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			tr.CloseIdleConnections()
+			if wantMajor := map[string]int{"h2": 2, "http/1.1": 1}[proto]; err != nil || string(b) != "S "+proto || resp.ProtoMajor != wantMajor {
+				t.Errorf("%s over TLS: %q (HTTP/%d), %v", proto, b, resp.ProtoMajor, err)
+			}
+		}
+		client.Close()
+		if _, err := s.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := served(); !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("ServeTLS: %v", err)
 		}
 	})
 }

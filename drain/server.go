@@ -297,7 +297,7 @@ func (s *Server) serve(l net.Listener, serveFn func(net.Listener) error) error {
 	s.served = make(chan struct{})
 	s.mu.Unlock()
 	s.tookListener()
-	err := serveFn(dl)
+	err := s.t.serving(dl, serveFn)
 	dl.Close() // http.Server.ServeTLS returns before serving when its certificate fails
 	close(s.served)
 	if s.draining.Load() && errors.Is(err, net.ErrClosed) {
