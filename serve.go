@@ -301,13 +301,16 @@ func (g *generationSet) serve(srv *http.Server, opts Options, log *zap.Logger) (
 		if opts.ReadyPath != "" {
 			h.Handler = readiness(opts.ReadyPath, servers[i].Ready(), h.Handler)
 		}
+		// Chosen now: once a connection is handed to servers[i]
+		// (passConns), net/http's HTTP/2 set-up gives a server without a
+		// TLSConfig an empty one.
+		serveFn := servers[i].Serve
+		if h.TLSConfig != nil {
+			serveFn = func(l net.Listener) error { return servers[i].ServeTLS(l, "", "") }
+		}
 		res.wg.Add(1)
 		go func() {
 			defer res.wg.Done()
-			serveFn := servers[i].Serve
-			if h.TLSConfig != nil {
-				serveFn = func(l net.Listener) error { return servers[i].ServeTLS(l, "", "") }
-			}
 			if err := serveFn(l); !errors.Is(err, http.ErrServerClosed) {
 				res.first <- err
 			}
