@@ -224,13 +224,13 @@ func serveDrained(ds *drain.Server, gen int, ln net.Listener, ready func() error
 	}
 	ds.HTTP = srv
 	errc := make(chan error, 1)
-	go func() {
-		if srv.TLSConfig != nil {
-			errc <- ds.ServeTLS(ln, "", "")
-			return
-		}
-		errc <- ds.Serve(ln)
-	}()
+	// Chosen before a handed-over connection can reach ds: the Serve
+	// ServeConn runs gives a server without a TLSConfig an empty one.
+	serve := ds.Serve
+	if srv.TLSConfig != nil {
+		serve = func(l net.Listener) error { return ds.ServeTLS(l, "", "") }
+	}
+	go func() { errc <- serve(ln) }()
 	rerr := ready()
 	if rerr == nil {
 		select {
