@@ -342,17 +342,7 @@ func TestServeConnBeforeServeTLS(t *testing.T) {
 				return context.Background()
 			}}
 		s := &drain.Server{HTTP: hs}
-		ln0 := listenTCP(t, "127.0.0.1:0")
-		defer ln0.Close()
-		client, err := net.Dial("tcp4", ln0.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer client.Close()
-		c, err := ln0.AcceptTCP()
-		if err != nil {
-			t.Fatal(err)
-		}
+		client, c := handedConn(t)
 		ln := listenTCP(t, "127.0.0.1:0")
 		servedc := make(chan func() error, 1)
 		go func() { // ServeConn returns once net/http has c: after the sleep
@@ -400,17 +390,7 @@ func TestServeConnAfterShutdown(t *testing.T) {
 		if err := s.ServeConn(nil, nil); err == nil {
 			t.Error("ServeConn(nil) accepted")
 		}
-		ln := listenTCP(t, "127.0.0.1:0")
-		defer ln.Close()
-		client, err := net.Dial("tcp4", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer client.Close()
-		c, err := ln.AcceptTCP()
-		if err != nil {
-			t.Fatal(err)
-		}
+		client, c := handedConn(t)
 		// Served before the drain, with unconsumed bytes: the request is
 		// the unread part and the rest of it.
 		if err := s.ServeConn(c, []byte("POST / HTTP/1.1\r\nHost: x\r\nContent-Len")); err != nil {
@@ -423,15 +403,7 @@ func TestServeConnAfterShutdown(t *testing.T) {
 		if _, err := s.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		client2, err := net.Dial("tcp4", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer client2.Close()
-		c2, err := ln.AcceptTCP()
-		if err != nil {
-			t.Fatal(err)
-		}
+		client2, c2 := handedConn(t)
 		if err := s.ServeConn(c2, nil); !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("ServeConn after Shutdown: %v, want http.ErrServerClosed", err)
 		}

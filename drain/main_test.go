@@ -143,6 +143,25 @@ func shutdownAsync(t *testing.T, ds *drain.Server) <-chan *drain.Report {
 	return reps
 }
 
+// handedConn returns the two ends of a loopback TCP connection: client,
+// and c as ServeConn takes it (accepted from a listener without MPTCP,
+// which the drain refuses). Both are closed when the test ends.
+func handedConn(t *testing.T) (client net.Conn, c *net.TCPConn) {
+	t.Helper()
+	ln := listenTCP(t, "127.0.0.1:0")
+	defer ln.Close()
+	client, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err = ln.AcceptTCP(); err != nil {
+		client.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); c.Close() })
+	return client, c
+}
+
 // serve runs hs.Serve(l) in a goroutine and returns a func that waits for it.
 func serve(t *testing.T, serveFn func() error) func() error {
 	t.Helper()
