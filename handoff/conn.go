@@ -234,13 +234,19 @@ func (c *conn) send(f *frame, fds []int) error {
 // says "busy" to a newcomer before reading its hello, and closes; the send
 // then fails (EPIPE) with the answer waiting in our receive queue. That
 // answer, an error frame, is then the error (a *RemoteError: a successor
-// dials again on "busy"). A hang-up without answer reads EOF at once.
+// dials again on "busy"); so is a failure to read it that is not a hang-up,
+// such as our refusal of its writer's uid (c.talkers): a peer that both
+// sides refuse must not look like one that hung up. A hang-up without answer
+// reads EOF at once.
 func (c *conn) answeredFirst(err error) error {
 	if !predecessorGone(err) {
 		return err
 	}
-	if f, _, rerr := c.recv(0); rerr == nil && f.Type == typeError {
+	switch f, _, rerr := c.recv(0); {
+	case rerr == nil && f.Type == typeError:
 		return expect(f, typeHello)
+	case rerr != nil && !predecessorGone(rerr):
+		return rerr
 	}
 	return err
 }

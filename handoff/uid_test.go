@@ -150,3 +150,41 @@ func TestAllowed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A predecessor that refuses a successor before reading its hello (its uid
+// is not allowed) writes its refusal and closes; the successor's hello then
+// fails with EPIPE, and the refusal waits in its receive queue. When the
+// successor in turn refuses the writer of that refusal (here every uid),
+// that is the answer: not a hang-up to dial again over (TestOtherUIDRefused
+// failed 9 times in 100 so, "hung up 6 times": whether the hello went out
+// before the close was a race between the two processes; here it is not).
+func TestRefusedBeforeHello(t *testing.T) {
+	c, peerSide := pairConn(t, 2*time.Second)
+	rc, err := c.c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := passCred("", "", rc); err != nil {
+		t.Fatal(err)
+	}
+	c.talkers = func(cred *unix.Ucred) error {
+		return &PeerError{PID: cred.Pid, UID: cred.Uid, GID: cred.Gid, Allowed: []uint32{cred.Uid + 1}}
+	}
+	peer, err := newConn(peerSide, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal := &PeerError{PID: 1, UID: 12345, Allowed: []uint32{0}}
+	if err := peer.send(&frame{Type: typeError, Code: code(refusal), Message: refusal.Error()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	peer.Close()
+	err = c.send(helloFrame(roleSuccessor, 0, true, true), nil)
+	if !predecessorGone(err) {
+		t.Fatalf("hello after the peer's close: %v, want EPIPE", err)
+	}
+	var pe *PeerError
+	if err := c.answeredFirst(err); !errors.As(err, &pe) || pe.UID != uint32(os.Geteuid()) || pe.PID != int32(os.Getpid()) {
+		t.Fatalf("answeredFirst = %v, want our refusal of the writer, uid %d pid %d", err, os.Geteuid(), os.Getpid())
+	}
+}
