@@ -76,8 +76,9 @@
 // generation: forwarding to it stops (later datagrams count in DropGone).
 // Each connection is served by an http3.Server of its own and gets its
 // GOAWAY with a request in flight (held GoAwayLead, so that the GOAWAY
-// arrives first), or once idle (IdleQuiet, or NewConnQuiet for a
-// connection that carried no request yet): quic-go's
+// arrives first), or once idle (IdleQuiet; a connection that carried no
+// request yet, NewConnQuiet before the grace ends, since its client is
+// most likely about to send its first): quic-go's
 // client (v0.59.1 to v0.65.0) closes a connection whose GOAWAY finds no
 // request in flight, and a request it is opening at that moment (it has
 // its stream, and is not yet counted in flight) fails with H3_NO_ERROR

@@ -123,15 +123,21 @@ func (cs *connServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 const GoAwayLead = 20 * time.Millisecond
 
 // idle says whether the connection may be told to go away without a
-// request in flight: none is, and none came for IdleQuiet (for a
-// connection that has served none yet, NewConnQuiet: its client is most
-// likely about to send its first).
-func (cs *connServer) idle(now time.Time) bool {
-	wait := IdleQuiet
-	if cs.served.Load() == 0 {
-		wait = NewConnQuiet
+// request in flight: none is, and none came for IdleQuiet; for a
+// connection that has served none yet, only from unusedBy on (see
+// NewConnQuiet), or, when that is zero, once none came for NewConnQuiet.
+func (cs *connServer) idle(now, unusedBy time.Time) bool {
+	if cs.active.Load() != 0 {
+		return false
 	}
-	return cs.active.Load() == 0 && now.Sub(time.Unix(0, cs.last.Load())) >= wait
+	since := now.Sub(time.Unix(0, cs.last.Load()))
+	if cs.served.Load() != 0 {
+		return since >= IdleQuiet
+	}
+	if !unusedBy.IsZero() {
+		return !now.Before(unusedBy)
+	}
+	return since >= NewConnQuiet
 }
 
 // goAway starts the connection's graceful shutdown (its GOAWAY) once; true
@@ -180,8 +186,14 @@ const HandshakeQuiet = 200 * time.Millisecond
 // told to go away while idle.
 const IdleQuiet = 500 * time.Millisecond
 
-// NewConnQuiet is how long a connection that has carried no request yet
-// may go without one before it is told to go away while idle.
+// NewConnQuiet is how long before the end of the drain (Shutdown's ctx's
+// deadline; at most half the drain's time) a connection that has carried no
+// request yet is told to go away while idle. Until then its client is most
+// likely about to send its first request: quic-go's client dials a
+// connection for a request, and for the one retry it makes of a rejected
+// request, and a first request refused there fails; a client starved of
+// CPU may take seconds to send it. Without a deadline, NewConnQuiet is how
+// long such a connection may go without a request before it is told.
 const NewConnQuiet = 2 * time.Second
 
 // Shutdown stops serving once the successor is ready (handoff's Exit):
@@ -191,8 +203,8 @@ const NewConnQuiet = 2 * time.Second
 // Shutdown) with its next request, in flight (requests already sent are
 // answered, later ones rejected with H3_REQUEST_REJECTED, which clients
 // retry on a new connection, served by the successor; that request waits
-// GoAwayLead), or when idle for IdleQuiet (NewConnQuiet if it carried no
-// request yet); its client
+// GoAwayLead), or when idle for IdleQuiet (if it carried no request yet,
+// NewConnQuiet before ctx's deadline); its client
 // then closes it once its streams are done. All bounded by ctx: when it ends, the connections left are
 // closed (Forced). Then it closes g, which stops the forwarding to it.
 func (h *HTTP3) Shutdown(ctx context.Context) Report {
@@ -205,6 +217,10 @@ func (h *HTTP3) Shutdown(ctx context.Context) Report {
 	h.drainCtx = ctx
 	h.mu.Unlock()
 	h.draining.Store(true)
+	var unusedBy time.Time // see NewConnQuiet
+	if dl, ok := ctx.Deadline(); ok {
+		unusedBy = dl.Add(-min(NewConnQuiet, dl.Sub(start)/2))
+	}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -220,7 +236,7 @@ func (h *HTTP3) Shutdown(ctx context.Context) Report {
 		}
 		now := time.Now()
 		for _, cs := range left {
-			if ctx.Err() != nil || cs.idle(now) {
+			if ctx.Err() != nil || cs.idle(now, unusedBy) {
 				cs.goAway()
 			}
 		}
