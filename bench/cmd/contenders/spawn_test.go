@@ -160,7 +160,7 @@ func TestSpawnRunTLS13(t *testing.T) {
 // loaded by quic-go's http3.Transport with non-idempotent POSTs. zd-h3 must
 // lose no request, see no stateless reset, forward datagrams to its
 // predecessors and tell connections to go away; the socket-passing control
-// must show the loss it exists for (a request failed or a connection reset),
+// (16 connections, where the others have 4) must show the loss it exists for (a request failed or a connection reset),
 // or the benchmark could not see it. The same for the pools of 4 workers on
 // the port rolled one at a time: zd-h3-pool (quicdrain slots) loses
 // nothing, h3-reuseport (quic-go workers, the reuseport group changed at
@@ -175,6 +175,15 @@ func TestSpawnRunH3(t *testing.T) {
 			s := runSpec{Contender: name, Concurrency: 16, StreamsPerConn: 4, Rep: 1, Restarts: 3, H3: true, TLS: true, Post: true,
 				Period: 500 * time.Millisecond, Lead: 500 * time.Millisecond, Tail: time.Second,
 				Window: 100 * time.Millisecond, Timeout: 10 * time.Second}
+			if name == "h3-pass" || name == "h3-reuseport" {
+				// A control loses the connections whose datagrams reach
+				// a process that does not know them; with 4 connections
+				// a roll can miss them all (h3-reuseport lost none once
+				// beside the CPU hog, the whole suite running: about
+				// half of a group's connections keep their socket when a
+				// worker joins). 16 connections make the loss certain.
+				s.Concurrency = 64
+			}
 			res, err := spawnRun(t.Context(), s, os.Stderr)
 			if err != nil {
 				t.Fatal(err)
