@@ -57,6 +57,7 @@ func TestConnsHandedOnce(t *testing.T) {
 		kept := make(chan PassedConn, 8)
 		path := handoffPath(t)
 		l, err := ListenConns(path, ConnsConfig{Addrs: map[string]net.Addr{"http": ln.Addr()}}, map[string]func(PassedConn){"http": func(pc PassedConn) {
+			time.Sleep(50 * time.Millisecond) // a handler runs after the ack: one that is slow to start
 			handed.Add(1)
 			kept <- pc // held open: handed and still ours
 		}})
@@ -109,6 +110,12 @@ func TestConnsHandedOnce(t *testing.T) {
 		refused("one connection twice in a batch", send(a, a), "inode")
 		if ans := send(a); ans.Type != typeAck || ans.Received != 1 {
 			t.Fatalf("a good batch: answered %+v, want an ack of 1", ans)
+		}
+		select { // the ack says the connection is taken; its handler runs after it
+		case pc := <-kept:
+			kept <- pc
+		case <-time.After(10 * time.Second):
+			t.Fatal("the good batch's handler did not run within 10 s of its ack")
 		}
 		refused("a connection handed before and still open", send(b, a), "inode")
 		refused(fmt.Sprintf("a connection accepted on %s declared for http", other.Addr()), send(elsewhere), "listener address")
