@@ -160,8 +160,9 @@ func TestSpawnRunTLS13(t *testing.T) {
 // loaded by quic-go's http3.Transport with non-idempotent POSTs. zd-h3 must
 // lose no request, see no stateless reset, forward datagrams to its
 // predecessors and tell connections to go away; the socket-passing control
-// (16 connections, where the others have 4) must show the loss it exists for (a request failed or a connection reset),
-// or the benchmark could not see it. The same for the pools of 4 workers on
+// (16 connections, where the others have 4) must show the loss it exists
+// for (a request failed or a connection reset), or the benchmark could not
+// see it. The same for the pools of 4 workers on
 // the port rolled one at a time: zd-h3-pool (quicdrain slots) loses
 // nothing, h3-reuseport (quic-go workers, the reuseport group changed at
 // each roll) loses. h3-naive and Caddy (reloaded with caddy
