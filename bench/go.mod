@@ -15,11 +15,11 @@
 //   - github.com/cloudflare/tableflip v1.2.3: a contender, what many Go
 //     services use today for graceful upgrades.
 //   - github.com/quic-go/quic-go (through ../quicdrain): the HTTP/3 servers
-//     and client of the -h3 mode. quicdrain's go line, 1.25, becomes ours;
+//     and client of the -h3 mode. quicdrain's go line, 1.26, becomes ours;
 //     the godebug block repeats go.work's (see there).
 module github.com/zerodrop/zerodrop/bench
 
-go 1.25.0
+go 1.26.0
 
 godebug (
 	containermaxprocs=0
@@ -28,13 +28,13 @@ godebug (
 
 require (
 	github.com/cloudflare/tableflip v1.2.3
-	github.com/quic-go/quic-go v0.59.1
+	github.com/quic-go/quic-go v0.65.0
 	github.com/zerodrop/zerodrop v0.0.0
 	github.com/zerodrop/zerodrop/internal/load v0.0.0-00010101000000-000000000000
 	github.com/zerodrop/zerodrop/quicdrain v0.0.0
 	github.com/zerodrop/zerodrop/reuseport/steer v0.0.0
 	go.uber.org/goleak v1.3.0
-	golang.org/x/sys v0.40.0
+	golang.org/x/sys v0.47.0
 	gonum.org/v1/plot v0.17.0
 )
 
@@ -51,10 +51,10 @@ require (
 	github.com/quic-go/qpack v0.6.0 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
 	go.uber.org/zap v1.28.0 // indirect
-	golang.org/x/crypto v0.43.0 // indirect
+	golang.org/x/crypto v0.54.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/net v0.46.0 // indirect
-	golang.org/x/text v0.30.0 // indirect
+	golang.org/x/net v0.56.0 // indirect
+	golang.org/x/text v0.40.0 // indirect
 )
 
 // The harness drives the library's strategies from this tree, not a release.
