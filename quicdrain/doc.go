@@ -89,8 +89,8 @@
 // client checked for a GOAWAY under the lock its control stream's
 // goroutine takes to record one; from v0.61 it checks without it. Beside a
 // CPU hog, with the race detector, the restart test (10 restarts, about
-// 12,000 requests a run) lost a request so in 5 of 9 runs with v0.59.1,
-// and in 0 of 8 with v0.65.0, which this module requires (BENCHMARKS.md).
+// 12,000 requests a run) lost a request so in 8 of 17 runs with v0.59.1,
+// and in 0 of 16 with v0.65.0, which this module requires (BENCHMARKS.md).
 // The window is still in v0.65.0's code
 // (between the check and the tracking of the stream); the fix is to track
 // the stream before checking. A program of yours that is a quic-go client
