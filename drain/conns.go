@@ -46,9 +46,11 @@ type connInfo struct {
 	// it without.
 	respClose bool
 	// tlsRefused: a TLS connection whose state could not be proven for a
-	// handover (TLSHandOver); continued: the session a handed-over TLS
+	// handover (TLSHandOver); tlsTaken: one taken for a handover, which
+	// net/http has yet to let go; continued: the session a handed-over TLS
 	// connection goes on with here (ServeConn).
 	tlsRefused bool
+	tlsTaken   bool
 	continued  *tlsresume.Conn
 }
 
@@ -155,6 +157,9 @@ func (t *tracker) connContext(ctx context.Context, c net.Conn) context.Context {
 
 // connState follows a connection's state, then calls the user's hook.
 func (t *tracker) connState(c net.Conn, s http.ConnState) {
+	if f := testHookConnState.Load(); f != nil {
+		(*f)(s)
+	}
 	c = h2Key(c) // net/http's HTTP/2 names the connection it serves
 	if dc, ok := c.(*detachConn); ok {
 		dc.state(s)
@@ -192,6 +197,11 @@ func (t *tracker) connState(c net.Conn, s http.ConnState) {
 		t.userState(c, s)
 	}
 }
+
+// testHookConnState, if set by a test, runs as a connection changes state,
+// before the tracker follows it (atomic: connections of an ended test may
+// still change state as the test unsets it).
+var testHookConnState atomic.Pointer[func(http.ConnState)]
 
 // signal wakes whoever waits for a change (wait, settleIdle).
 func (t *tracker) signal() {

@@ -25,6 +25,14 @@ func SetTestHookInspected(f func()) (restore func()) {
 	return func() { testHookInspected = nil }
 }
 
+// SetTestHookConnState makes f run each time a connection of any Server
+// changes state, before the Server follows the change (f may hold it), until
+// the returned func is called. Set it before the server serves.
+func SetTestHookConnState(f func(http.ConnState)) (restore func()) {
+	testHookConnState.Store(&f)
+	return func() { testHookConnState.Store(nil) }
+}
+
 // SetTestHookStopListener makes f run as a Server's Shutdown begins to stop
 // its listener (it may hold the stop), until the returned func is called.
 // Set it before the server serves.

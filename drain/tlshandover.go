@@ -34,13 +34,13 @@ func recorder(c net.Conn) *tlsresume.Recorder {
 }
 
 // tlsCandidates returns the TLS connections that may be proven now (idle
-// HTTP/1.1, not refused before), and how many are left to hand over in all
+// HTTP/1.1, neither refused nor taken before), and how many are left to hand over in all
 // (those and those in a request).
 func (t *tracker) tlsCandidates() (now []net.Conn, left int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for c, ci := range t.conns {
-		if ci.tls == nil || ci.h2 || ci.tlsRefused || recorder(c) == nil {
+		if ci.tls == nil || ci.h2 || ci.tlsRefused || ci.tlsTaken || recorder(c) == nil {
 			continue
 		}
 		switch ci.state {
@@ -80,6 +80,14 @@ func (t *tracker) takeTLS(ctx context.Context, c net.Conn) (d Detached, ok bool,
 	if err != nil {
 		return Detached{}, false, err
 	}
+	// net/http lets it go (StateClosed) in its own time: until then the
+	// next round must not take it again (and count it refused, its
+	// recorder emptied)
+	t.mu.Lock()
+	if ci := t.conns[c]; ci != nil {
+		ci.tlsTaken = true
+	}
+	t.mu.Unlock()
 	defer st.Zero()
 	st.ServerName, st.NegotiatedProtocol = cs.ServerName, cs.NegotiatedProtocol
 	tc, isTCP := raw.(*net.TCPConn)
